@@ -1,0 +1,55 @@
+# One command sets everything up and runs the tests (`make test`); `make demo` runs the main job.
+# A virtualenv in .venv holds the Python packages; system packages are installed with apt-get
+# when missing (as root, or through sudo).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+APT_PACKAGES ?= g++
+
+.PHONY: setup sysdeps test test-all gpu-test lint format bench demo clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	@$(MAKE) --no-print-directory sysdeps
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+sysdeps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+test: setup
+	$(PY) -m pytest -q
+
+test-all: setup
+	$(PY) -m pytest -q -m ''
+
+gpu-test: setup
+	$(PY) tests/run_gpu_tests.py
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: setup
+	$(PY) benchmarks/recurrence_speed.py
+
+demo: setup
+	$(VENV)/bin/srupp-asr --help
+	$(VENV)/bin/srupp-asr info
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

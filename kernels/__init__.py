@@ -1,0 +1,128 @@
+"""Native code of the SRU recurrence: CUDA kernels (CuPy/NVRTC) and the CPU extension.
+
+The sources live beside this file (``kernels/`` in the repository, installed as the
+``srupp_asr.kernels`` package). ``sru_step.h`` holds the per-step arithmetic that both the
+CUDA kernels (``sru_cuda.cu``) and the CPU extension (``sru_cpu.cpp``) include.
+
+Nothing here is imported eagerly by CPU users: CuPy is only touched when a CUDA tensor arrives,
+and the CPU extension is built (once, cached by torch) the first time it is needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+KERNEL_DIR = Path(__file__).resolve().parent
+CUDA_SOURCE = KERNEL_DIR / "sru_cuda.cu"
+CPU_SOURCE = KERNEL_DIR / "sru_cpu.cpp"
+STEP_HEADER = KERNEL_DIR / "sru_step.h"
+THREADS_PER_BLOCK = 256
+
+# torch dtype -> (storage type in the kernel, compute type)
+CUDA_TYPES = {
+    torch.float32: ("float", "float"),
+    torch.float64: ("double", "double"),
+    torch.float16: ("half_t", "float"),
+    torch.bfloat16: ("bf16_t", "float"),
+}
+
+log = logging.getLogger(__name__)
+
+
+class BackendUnavailable(RuntimeError):
+    """A native backend of the recurrence cannot be used on this machine."""
+
+
+def cuda_source() -> str:
+    """The CUDA source with ``sru_step.h`` inlined, so CuPy's cache key covers the header."""
+    include = '#include "sru_step.h"'
+    source = CUDA_SOURCE.read_text()
+    if include not in source:
+        raise AssertionError(f"{CUDA_SOURCE} no longer includes sru_step.h")
+    return source.replace(include, STEP_HEADER.read_text())
+
+
+def nvrtc_options(dtype: torch.dtype) -> tuple[str, ...]:
+    """NVRTC options that select the storage and compute types for ``dtype``."""
+    if dtype not in CUDA_TYPES:
+        raise TypeError(f"SRU recurrence: unsupported dtype {dtype}")
+    storage, compute = CUDA_TYPES[dtype]
+    return ("--std=c++17", f"-DSRU_T={storage}", f"-DSRU_F={compute}")
+
+
+def compile_ptx(dtype: torch.dtype, arch: str = "compute_80") -> str:
+    """Compile the CUDA source to PTX for ``arch`` without a GPU (NVRTC only); return the PTX.
+
+    Raises ``RuntimeError`` with NVRTC's log when the source does not compile.
+    """
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise BackendUnavailable("compiling the CUDA kernels needs CuPy: pip install 'srupp-asr[gpu]'") from err
+    prog = nvrtc.createProgram(cuda_source(), "sru_cuda.cu", [], [])
+    try:
+        options = (*nvrtc_options(dtype), f"--gpu-architecture={arch}")
+        try:
+            nvrtc.compileProgram(prog, list(options))
+        except nvrtc.NVRTCError as err:
+            raise RuntimeError(f"NVRTC failed for {dtype} on {arch}:\n{nvrtc.getProgramLog(prog)}") from err
+        ptx = nvrtc.getPTX(prog)
+        return ptx.decode() if isinstance(ptx, bytes) else ptx
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+@functools.cache
+def _cuda_module(dtype: torch.dtype, device_index: int):
+    import cupy
+
+    with cupy.cuda.Device(device_index):
+        module = cupy.RawModule(code=cuda_source(), options=nvrtc_options(dtype))
+        module.compile()
+    return module
+
+
+def cuda_function(name: str, dtype: torch.dtype, device_index: int):
+    """The compiled kernel ``name`` for ``dtype`` on a device (compiled once, then cached)."""
+    try:
+        import cupy  # noqa: F401
+    except ImportError as err:
+        raise BackendUnavailable(
+            "the SRU recurrence on CUDA needs CuPy: pip install 'srupp-asr[gpu]' (cupy-cuda13x)"
+        ) from err
+    return _cuda_module(dtype, device_index).get_function(name)
+
+
+@functools.cache
+def cpu_extension():
+    """Build (first call; torch caches it on disk) and load the CPU extension of the recurrence.
+
+    Raises ``BackendUnavailable`` with a one-line reason when it cannot be built, e.g. no C++
+    compiler is installed.
+    """
+    # Importing cpp_extension on a machine without the CUDA toolkit logs a warning about
+    # CUDA_HOME that does not concern this CPU-only build.
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    from torch.utils import cpp_extension
+
+    flags = ["-O3", "-fopenmp", "-ffast-math"]  # fast-math: vectorised expf (libmvec)
+    if os.environ.get("SRUPP_NATIVE_ARCH", "1") == "1":
+        flags.append("-march=native")
+    log.info("building the SRU CPU extension (once; cached by torch)")
+    try:
+        return cpp_extension.load(
+            name="srupp_sru_cpu",
+            sources=[str(CPU_SOURCE)],
+            extra_include_paths=[str(KERNEL_DIR)],
+            extra_cflags=flags,
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
+        )
+    except (OSError, RuntimeError, ImportError) as err:  # no compiler, failed build, ...
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise BackendUnavailable(f"cannot build the SRU CPU extension ({first}); is g++ installed?") from err

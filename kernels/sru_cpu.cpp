@@ -1,0 +1,195 @@
+// CPU implementation of the SRU elementwise recurrence (a torch C++ extension, JIT-built by
+// torch.utils.cpp_extension). Same layouts and per-step arithmetic (sru_step.h) as the CUDA
+// kernels. Work is split into tasks of up to kBlock adjacent columns of one (batch, direction);
+// each task walks through time with its states in a small local array, so the inner loop over
+// columns reads contiguous memory and vectorises. Tasks run on torch's intra-op thread pool.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <vector>
+
+#include "sru_step.h"
+
+namespace {
+
+constexpr int64_t kBlock = 128;
+
+struct Task {
+  int64_t b, col0, n;
+  bool reverse;
+};
+
+std::vector<Task> make_tasks(int64_t B, int64_t D, bool bidirectional) {
+  std::vector<Task> tasks;
+  const int64_t dirs = bidirectional ? 2 : 1;
+  const int64_t d = D / dirs;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t dir = 0; dir < dirs; ++dir)
+      for (int64_t j = 0; j < d; j += kBlock)
+        tasks.push_back({b, dir * d + j, std::min(kBlock, d - j), dir == 1});
+  return tasks;
+}
+
+template <typename F>
+void forward_impl(const F* u, const F* x, const F* wc, const F* bias, const F* c0,
+                  const uint8_t* mask, F* h, F* c_all, F* c_last, int64_t L, int64_t B, int64_t D,
+                  bool bidirectional) {
+  const auto tasks = make_tasks(B, D, bidirectional);
+  at::parallel_for(0, (int64_t)tasks.size(), 1, [&](int64_t begin, int64_t end) {
+    F c[kBlock];
+    for (int64_t k = begin; k < end; ++k) {
+      const Task& tk = tasks[k];
+      const int64_t n = tk.n;
+      const F* v = wc + tk.col0;
+      const F* vr = wc + D + tk.col0;
+      const F* bf = bias + tk.col0;
+      const F* br = bias + D + tk.col0;
+      for (int64_t j = 0; j < n; ++j) c[j] = c0 ? c0[tk.b * D + tk.col0 + j] : F(0);
+      for (int64_t s = 0; s < L; ++s) {
+        const int64_t t = tk.reverse ? L - 1 - s : s;
+        const int64_t off = (t * B + tk.b) * D + tk.col0;
+        F* hp = h + off;
+        F* cp = c_all ? c_all + off : nullptr;
+        if (mask && !mask[t * B + tk.b]) {
+          for (int64_t j = 0; j < n; ++j) hp[j] = F(0);
+          if (cp)
+            for (int64_t j = 0; j < n; ++j) cp[j] = c[j];
+          continue;
+        }
+        const F* up = u + off * 3;
+        const F* xp = x + off;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) {
+          F hv;
+          c[j] = sru::forward_step<F>(up[3 * j], up[3 * j + 1], up[3 * j + 2], xp[j], v[j], vr[j],
+                                      bf[j], br[j], c[j], &hv);
+          hp[j] = hv;
+        }
+        if (cp)
+          for (int64_t j = 0; j < n; ++j) cp[j] = c[j];
+      }
+      for (int64_t j = 0; j < n; ++j) c_last[tk.b * D + tk.col0 + j] = c[j];
+    }
+  });
+}
+
+template <typename F>
+void backward_impl(const F* u, const F* x, const F* wc, const F* bias, const F* c0,
+                   const uint8_t* mask, const F* c_all, const F* grad_h, const F* grad_c_last,
+                   F* grad_u, F* grad_x, F* grad_c0, F* wpart, int64_t L, int64_t B, int64_t D,
+                   bool bidirectional) {
+  const auto tasks = make_tasks(B, D, bidirectional);
+  at::parallel_for(0, (int64_t)tasks.size(), 1, [&](int64_t begin, int64_t end) {
+    F gc[kBlock], c_init[kBlock], gv[kBlock], gvr[kBlock], gbf[kBlock], gbr[kBlock];
+    for (int64_t k = begin; k < end; ++k) {
+      const Task& tk = tasks[k];
+      const int64_t n = tk.n;
+      const F* v = wc + tk.col0;
+      const F* vr = wc + D + tk.col0;
+      const F* bf = bias + tk.col0;
+      const F* br = bias + D + tk.col0;
+      for (int64_t j = 0; j < n; ++j) {
+        c_init[j] = c0 ? c0[tk.b * D + tk.col0 + j] : F(0);
+        gc[j] = grad_c_last ? grad_c_last[tk.b * D + tk.col0 + j] : F(0);
+        gv[j] = gvr[j] = gbf[j] = gbr[j] = F(0);
+      }
+      for (int64_t s = L - 1; s >= 0; --s) {  // s: step index in forward order
+        const int64_t t = tk.reverse ? L - 1 - s : s;
+        const int64_t off = (t * B + tk.b) * D + tk.col0;
+        F* gup = grad_u + off * 3;
+        F* gxp = grad_x + off;
+        if (mask && !mask[t * B + tk.b]) {
+          for (int64_t j = 0; j < 3 * n; ++j) gup[j] = F(0);
+          for (int64_t j = 0; j < n; ++j) gxp[j] = F(0);
+          continue;
+        }
+        const int64_t t_prev = tk.reverse ? t + 1 : t - 1;
+        const F* cprev = s == 0 ? c_init : c_all + (t_prev * B + tk.b) * D + tk.col0;
+        const F* cp = c_all + off;
+        const F* up = u + off * 3;
+        const F* xp = x + off;
+        const F* ghp = grad_h + off;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) {
+          sru::StepGrad<F> g;
+          gc[j] = sru::backward_step<F>(up[3 * j], up[3 * j + 1], up[3 * j + 2], xp[j], v[j], vr[j],
+                                        bf[j], br[j], cprev[j], cp[j], ghp[j], gc[j], &g, &gv[j],
+                                        &gvr[j], &gbf[j], &gbr[j]);
+          gup[3 * j] = g.u0;
+          gup[3 * j + 1] = g.u1;
+          gup[3 * j + 2] = g.u2;
+          gxp[j] = g.x;
+        }
+      }
+      F* wp = wpart + tk.b * 4 * D + tk.col0;
+      for (int64_t j = 0; j < n; ++j) {
+        grad_c0[tk.b * D + tk.col0 + j] = gc[j];
+        wp[j] = gv[j];
+        wp[D + j] = gvr[j];
+        wp[2 * D + j] = gbf[j];
+        wp[3 * D + j] = gbr[j];
+      }
+    }
+  });
+}
+
+template <typename F>
+const F* ptr_or_null(const c10::optional<torch::Tensor>& t) {
+  return t.has_value() ? t->data_ptr<F>() : nullptr;
+}
+
+const uint8_t* mask_ptr(const c10::optional<torch::Tensor>& m) {
+  return m.has_value() ? m->data_ptr<uint8_t>() : nullptr;
+}
+
+// Returns (h, c_all, c_last). All inputs are contiguous, of one floating dtype; mask is uint8.
+// c_all (every step's state, needed by the backward pass) is empty unless keep_states.
+std::vector<torch::Tensor> forward(torch::Tensor u, torch::Tensor x, torch::Tensor wc,
+                                   torch::Tensor bias, c10::optional<torch::Tensor> c0,
+                                   c10::optional<torch::Tensor> mask, bool bidirectional,
+                                   bool keep_states) {
+  const int64_t L = u.size(0), B = u.size(1), D = u.size(2);
+  auto h = torch::empty({L, B, D}, u.options());
+  auto c_all = torch::empty({keep_states ? L : 0, B, D}, u.options());
+  auto c_last = torch::empty({B, D}, u.options());
+  AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "sru_forward_cpu", [&] {
+    forward_impl<scalar_t>(u.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
+                           wc.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(),
+                           ptr_or_null<scalar_t>(c0), mask_ptr(mask), h.data_ptr<scalar_t>(),
+                           keep_states ? c_all.data_ptr<scalar_t>() : nullptr,
+                           c_last.data_ptr<scalar_t>(), L, B, D,
+                           bidirectional);
+  });
+  return {h, c_all, c_last};
+}
+
+// Returns (grad_u, grad_x, grad_c0, wpart) with wpart (B, 4, D) the per-batch partial gradients
+// of v, v', b, b'.
+std::vector<torch::Tensor> backward(torch::Tensor u, torch::Tensor x, torch::Tensor wc,
+                                    torch::Tensor bias, c10::optional<torch::Tensor> c0,
+                                    c10::optional<torch::Tensor> mask, torch::Tensor c_all,
+                                    torch::Tensor grad_h, c10::optional<torch::Tensor> grad_c_last,
+                                    bool bidirectional) {
+  const int64_t L = u.size(0), B = u.size(1), D = u.size(2);
+  auto grad_u = torch::empty_like(u);
+  auto grad_x = torch::empty_like(x);
+  auto grad_c0 = torch::empty({B, D}, u.options());
+  auto wpart = torch::empty({B, 4, D}, u.options());
+  AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "sru_backward_cpu", [&] {
+    backward_impl<scalar_t>(u.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
+                            wc.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(),
+                            ptr_or_null<scalar_t>(c0), mask_ptr(mask),
+                            c_all.data_ptr<scalar_t>(), grad_h.data_ptr<scalar_t>(),
+                            ptr_or_null<scalar_t>(grad_c_last), grad_u.data_ptr<scalar_t>(),
+                            grad_x.data_ptr<scalar_t>(), grad_c0.data_ptr<scalar_t>(),
+                            wpart.data_ptr<scalar_t>(), L, B, D, bidirectional);
+  });
+  return {grad_u, grad_x, grad_c0, wpart};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &forward, "SRU recurrence forward (CPU)");
+  m.def("backward", &backward, "SRU recurrence backward (CPU)");
+}

@@ -1,0 +1,71 @@
+// Per-step arithmetic of the SRU elementwise recurrence, shared by the CUDA kernels
+// (sru_cuda.cu, compiled by NVRTC) and the CPU implementation (sru_cpu.cpp, compiled by
+// the host C++ compiler), so the CPU tests exercise exactly the arithmetic the GPU runs.
+//
+// Equations (one column of one direction; x is the highway input, m the padding mask):
+//   f = sigmoid(u0 + v  * c_prev + bf)
+//   r = sigmoid(u1 + vr * c_prev + br)
+//   c = f * c_prev + (1 - f) * u2
+//   h = r * c + (1 - r) * x
+// A padded step (m == 0) keeps c_prev and emits h = 0.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define SRU_HD __host__ __device__ __forceinline__
+#else
+#include <cmath>
+#define SRU_HD inline
+#endif
+
+namespace sru {
+
+SRU_HD float exp_(float a) { return expf(a); }
+SRU_HD double exp_(double a) { return exp(a); }
+
+// The argument is clamped where exp would overflow (sigmoid is 0 or 1 to working precision
+// there), so the CPU build can use fast vectorised exp without infinities. NaN passes through.
+template <typename F>
+SRU_HD F sigmoid(F a) {
+  const F lim = sizeof(F) == 4 ? F(80) : F(700);
+  a = a < -lim ? -lim : (a > lim ? lim : a);
+  return F(1) / (F(1) + exp_(-a));
+}
+
+// Forward step. Returns the new cell state and writes h.
+template <typename F>
+SRU_HD F forward_step(F u0, F u1, F u2, F x, F v, F vr, F bf, F br, F c_prev, F* h) {
+  const F f = sigmoid(u0 + v * c_prev + bf);
+  const F r = sigmoid(u1 + vr * c_prev + br);
+  const F c = f * c_prev + (F(1) - f) * u2;
+  *h = r * c + (F(1) - r) * x;
+  return c;
+}
+
+// Gradients of one step, given the incoming gradient of h (gh) and of the new state c
+// coming from later steps (gc). Writes the input gradients and returns the gradient
+// flowing into c_prev. The per-column parameter gradients are added to the accumulators.
+template <typename F>
+struct StepGrad {
+  F u0, u1, u2, x;
+};
+
+template <typename F>
+SRU_HD F backward_step(F u0, F u1, F u2, F x, F v, F vr, F bf, F br, F c_prev, F c, F gh,
+                       F gc, StepGrad<F>* g, F* gv, F* gvr, F* gbf, F* gbr) {
+  const F f = sigmoid(u0 + v * c_prev + bf);
+  const F r = sigmoid(u1 + vr * c_prev + br);
+  const F gc_total = gc + gh * r;
+  const F gr = gh * (c - x) * r * (F(1) - r);
+  const F gf = gc_total * (c_prev - u2) * f * (F(1) - f);
+  g->u0 = gf;
+  g->u1 = gr;
+  g->u2 = gc_total * (F(1) - f);
+  g->x = gh * (F(1) - r);
+  *gv += gf * c_prev;
+  *gvr += gr * c_prev;
+  *gbf += gf;
+  *gbr += gr;
+  return gc_total * f + gf * v + gr * vr;
+}
+
+}  // namespace sru

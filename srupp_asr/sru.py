@@ -1,0 +1,185 @@
+"""The SRU++ layer and the SRU++ encoder (a stack of layers, attention in some of them).
+
+One layer, with x the ``(L, B, D)`` input, ``d'`` the attention dimension (DESIGN.md)::
+
+    Q = Wq x                                    (D -> d')
+    K = Wk Q,  V = Wv Q                         (d' -> d'; keys and values come from Q)
+    A = MultiHead-softmax(Q K^T / sqrt(d_head)) V, padded keys masked
+    U = Wo layernorm(Q + alpha * A)             (d' -> 3D; alpha a learned scalar, starts at 0)
+    h, c = recurrence(U, x)                     (srupp_asr.recurrence)
+
+A layer without attention computes ``U = Wo layernorm(Wq x)``. Bidirectional layers run half
+of the D columns forward and half backward in time, sharing the attention. There are no
+positional encodings: the recurrence provides order.
+
+Parameters of one layer (no biases in Wq, Wk, Wv, Wo)::
+
+    D*d' (Wq) + 2*d' (layernorm) + 3*D*d' (Wo) + 4*D (v, v', b, b')
+    + 2*d'^2 + 1 (Wk, Wv, alpha)                 in attention layers only
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from srupp_asr.recurrence import sru_recurrence
+
+
+class SRUppLayer(nn.Module):
+    """One SRU++ layer over time-major input ``(L, B, D)``."""
+
+    def __init__(
+        self,
+        d_model: int,
+        attn_dim: int,
+        num_heads: int = 1,
+        attention: bool = True,
+        bidirectional: bool = True,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        highway_bias: float = -2.0,
+    ) -> None:
+        super().__init__()
+        if bidirectional and d_model % 2:
+            raise ValueError(f"a bidirectional layer needs an even d_model, got {d_model}")
+        if attention and attn_dim % num_heads:
+            raise ValueError(f"attn_dim {attn_dim} is not divisible by num_heads {num_heads}")
+        self.d_model, self.attn_dim, self.num_heads = d_model, attn_dim, num_heads
+        self.attention, self.bidirectional = attention, bidirectional
+        self.highway_bias = highway_bias
+        self.attn_dropout = attn_dropout
+        self.wq = nn.Linear(d_model, attn_dim, bias=False)
+        if attention:
+            self.wk = nn.Linear(attn_dim, attn_dim, bias=False)
+            self.wv = nn.Linear(attn_dim, attn_dim, bias=False)
+            self.alpha = nn.Parameter(torch.zeros(1))
+        self.norm = nn.LayerNorm(attn_dim)
+        self.wo = nn.Linear(attn_dim, 3 * d_model, bias=False)
+        self.weight_c = nn.Parameter(torch.empty(2, d_model))
+        self.bias = nn.Parameter(torch.empty(2, d_model))
+        self.dropout = nn.Dropout(dropout)
+        self.reset_recurrence_parameters()
+
+    def reset_recurrence_parameters(self) -> None:
+        """Small recurrent weights; forget bias 0; highway (reset) bias negative, so that a new
+        layer starts close to passing its input through."""
+        nn.init.uniform_(self.weight_c, -0.5, 0.5)
+        with torch.no_grad():
+            self.bias[0].zero_()
+            self.bias[1].fill_(self.highway_bias)
+
+    @staticmethod
+    def num_params(d_model: int, attn_dim: int, attention: bool) -> int:
+        """Parameter count of one layer by the formula in the module docstring."""
+        n = d_model * attn_dim + 2 * attn_dim + 3 * d_model * attn_dim + 4 * d_model
+        return n + (2 * attn_dim * attn_dim + 1 if attention else 0)
+
+    def extra_repr(self) -> str:
+        n = self.num_params(self.d_model, self.attn_dim, self.attention)
+        return f"attention={self.attention}, heads={self.num_heads}, bidirectional={self.bidirectional}, params={n:,}"
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, c0: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x``: ``(L, B, D)``; ``mask``: ``(L, B)`` bool, True on real steps. Returns ``(h, c_last)``."""
+        L, B, D = x.shape
+        q = self.wq(x)
+        z = q + self.alpha * self._attend(q, mask) if self.attention else q
+        u = self.wo(self.norm(z)).view(L, B, D, 3)
+        h, c = sru_recurrence(u, x, self.weight_c, self.bias, c0, mask, self.bidirectional)
+        return self.dropout(h), c
+
+    def _attend(self, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        L, B, _ = q.shape
+        heads, dh = self.num_heads, self.attn_dim // self.num_heads
+
+        def split(t: torch.Tensor) -> torch.Tensor:  # (L, B, d') -> (B, heads, L, dh)
+            return t.view(L, B, heads, dh).permute(1, 2, 0, 3)
+
+        k, v = self.wk(q), self.wv(q)
+        key_mask = None
+        if mask is not None:
+            # A sequence with no real step attends everywhere instead of producing NaN; its
+            # outputs are discarded by the recurrence anyway.
+            key_mask = (mask | ~mask.any(0, keepdim=True)).t()[:, None, None, :]  # (B, 1, 1, L)
+        a = F.scaled_dot_product_attention(
+            split(q), split(k), split(v), attn_mask=key_mask, dropout_p=self.attn_dropout if self.training else 0.0
+        )
+        return a.permute(2, 0, 1, 3).reshape(L, B, self.attn_dim)
+
+
+def attention_layers(num_layers: int, attn_every: int) -> list[int]:
+    """1-based indices of the layers with attention: every ``attn_every``-th, counted from the top.
+
+    ``attn_every=1`` puts attention in every layer, ``0`` in none. With 10 layers and
+    ``attn_every=5`` the attention layers are 5 and 10.
+    """
+    if attn_every <= 0:
+        return []
+    return [i for i in range(1, num_layers + 1) if (num_layers - i) % attn_every == 0]
+
+
+class SRUppEncoder(nn.Module):
+    """A stack of SRU++ layers over batch-first features ``(B, T, input_size)`` with lengths."""
+
+    def __init__(
+        self,
+        input_size: int,
+        d_model: int = 512,
+        num_layers: int = 10,
+        attn_dim: int = 128,
+        num_heads: int = 1,
+        attn_every: int = 1,
+        bidirectional: bool = True,
+        dropout: float = 0.1,
+        attn_dropout: float = 0.1,
+        highway_bias: float = -2.0,
+    ) -> None:
+        super().__init__()
+        self.input_size, self.d_model = input_size, d_model
+        self.input_proj = nn.Linear(input_size, d_model) if input_size != d_model else nn.Identity()
+        with_attention = set(attention_layers(num_layers, attn_every))
+        self.layers = nn.ModuleList(
+            SRUppLayer(
+                d_model,
+                attn_dim,
+                num_heads,
+                attention=i in with_attention,
+                bidirectional=bidirectional,
+                dropout=dropout,
+                attn_dropout=attn_dropout,
+                highway_bias=highway_bias,
+            )
+            for i in range(1, num_layers + 1)
+        )
+
+    @staticmethod
+    def num_params(input_size: int, d_model: int, num_layers: int, attn_dim: int, attn_every: int) -> int:
+        """Parameter count of the encoder: input projection (if any) plus every layer's formula."""
+        with_attention = set(attention_layers(num_layers, attn_every))
+        proj = 0 if input_size == d_model else input_size * d_model + d_model
+        return proj + sum(
+            SRUppLayer.num_params(d_model, attn_dim, i in with_attention) for i in range(1, num_layers + 1)
+        )
+
+    def extra_repr(self) -> str:
+        n = sum(p.numel() for p in self.parameters())
+        return f"input_size={self.input_size}, d_model={self.d_model}, layers={len(self.layers)}, params={n:,}"
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x``: ``(B, T, input_size)``; ``lengths``: ``(B,)`` valid frames. Returns ``(out, lengths)``,
+        ``out`` of shape ``(B, T, d_model)`` with zeros on padded frames."""
+        B, T, _ = x.shape
+        if lengths is None:
+            lengths = torch.full((B,), T, dtype=torch.long, device=x.device)
+        mask = torch.arange(T, device=x.device)[:, None] < lengths.to(x.device)[None, :]  # (T, B)
+        h = self.input_proj(x).transpose(0, 1)
+        if not bool(mask.all()):
+            h = h * mask[..., None]
+        else:
+            mask = None  # nothing padded: the kernels skip the mask
+        for layer in self.layers:
+            h, _ = layer(h, mask)
+        return h.transpose(0, 1), lengths
