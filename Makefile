@@ -6,7 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES ?= g++
+APT_PACKAGES ?= g++ espeak-ng sox
 
 .PHONY: setup sysdeps test test-all gpu-test lint format bench demo clean
 

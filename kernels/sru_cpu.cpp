@@ -6,6 +6,9 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <vector>
 
 #include "sru_step.h"
@@ -133,6 +136,21 @@ void backward_impl(const F* u, const F* x, const F* wc, const F* bias, const F* 
   });
 }
 
+// Large outputs are written once, from fresh memory: ask the kernel for transparent huge pages
+// so that filling them costs a few hundred page faults instead of tens of thousands (this is
+// what torch's THP_MEM_ALLOC_ENABLE does for every allocation). Only advice; harmless if refused.
+torch::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  auto t = torch::empty(sizes, options);
+#ifdef MADV_HUGEPAGE
+  constexpr uintptr_t kHuge = 2u << 20;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const uintptr_t end = begin + t.nbytes();
+  const uintptr_t first = (begin + kHuge - 1) & ~(kHuge - 1);
+  if (end > first + kHuge) madvise(reinterpret_cast<void*>(first), (end - first) & ~(kHuge - 1), MADV_HUGEPAGE);
+#endif
+  return t;
+}
+
 template <typename F>
 const F* ptr_or_null(const c10::optional<torch::Tensor>& t) {
   return t.has_value() ? t->data_ptr<F>() : nullptr;
@@ -149,8 +167,8 @@ std::vector<torch::Tensor> forward(torch::Tensor u, torch::Tensor x, torch::Tens
                                    c10::optional<torch::Tensor> mask, bool bidirectional,
                                    bool keep_states) {
   const int64_t L = u.size(0), B = u.size(1), D = u.size(2);
-  auto h = torch::empty({L, B, D}, u.options());
-  auto c_all = torch::empty({keep_states ? L : 0, B, D}, u.options());
+  auto h = empty_huge({L, B, D}, u.options());
+  auto c_all = empty_huge({keep_states ? L : 0, B, D}, u.options());
   auto c_last = torch::empty({B, D}, u.options());
   AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "sru_forward_cpu", [&] {
     forward_impl<scalar_t>(u.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
@@ -171,8 +189,8 @@ std::vector<torch::Tensor> backward(torch::Tensor u, torch::Tensor x, torch::Ten
                                     torch::Tensor grad_h, c10::optional<torch::Tensor> grad_c_last,
                                     bool bidirectional) {
   const int64_t L = u.size(0), B = u.size(1), D = u.size(2);
-  auto grad_u = torch::empty_like(u);
-  auto grad_x = torch::empty_like(x);
+  auto grad_u = empty_huge(u.sizes(), u.options());
+  auto grad_x = empty_huge(x.sizes(), x.options());
   auto grad_c0 = torch::empty({B, D}, u.options());
   auto wpart = torch::empty({B, 4, D}, u.options());
   AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "sru_backward_cpu", [&] {

@@ -139,6 +139,7 @@ class SRUppEncoder(nn.Module):
     ) -> None:
         super().__init__()
         self.input_size, self.d_model = input_size, d_model
+        self.output_size = d_model
         self.input_proj = nn.Linear(input_size, d_model) if input_size != d_model else nn.Identity()
         with_attention = set(attention_layers(num_layers, attn_every))
         self.layers = nn.ModuleList(

@@ -1,0 +1,37 @@
+"""Learning-rate schedules stepped once per optimizer step."""
+
+from __future__ import annotations
+
+import math
+
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+
+def noam_factor(step: int, warmup_steps: int) -> float:
+    """``min(step / warmup, sqrt(warmup / step))``: linear warm-up to 1 at ``warmup_steps``, then ``1/sqrt`` decay."""
+    step = max(step, 1)
+    return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+
+class NoamLR(LRScheduler):
+    """Warm-up then inverse-square-root decay (ESPnet's ``WarmupLR``); the optimizer's ``lr`` is the peak.
+
+    The learning rate of optimizer step ``s`` (counting from 1) is
+    ``peak_lr * min(s / warmup_steps, sqrt(warmup_steps / s))``, so the peak is reached at step
+    ``warmup_steps``. Call :meth:`step` after every ``optimizer.step()`` (Lightning:
+    ``interval="step"``). The schedule is a closed form of the step count, so resuming from
+    :meth:`state_dict` continues it exactly.
+    """
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int = 25000, last_epoch: int = -1) -> None:
+        if warmup_steps < 1:
+            raise ValueError(f"warmup_steps must be at least 1, got {warmup_steps}")
+        self.warmup_steps = warmup_steps
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        """Learning rates for the coming optimizer step, ``last_epoch + 1``."""
+        # last_epoch counts scheduler steps taken; the first optimizer step (before any) is step 1.
+        factor = noam_factor(self.last_epoch + 1, self.warmup_steps)
+        return [base_lr * factor for base_lr in self.base_lrs]
