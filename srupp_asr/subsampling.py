@@ -1,0 +1,64 @@
+"""Convolutional subsampling in front of the encoder: 10 ms frames -> 40 / 60 / 80 ms, then Linear(d_model).
+
+The convolutions are unpadded ("valid"), as in ESPnet and WeNet, so an output frame inside an
+utterance's new length reads only input frames inside its length: right padding cannot leak into
+valid outputs, and a padded batch gives each utterance the same valid frames as running it alone.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# (kernel, stride) of each Conv2d, applied to time and frequency alike.
+CONV_LAYERS: dict[int, tuple[tuple[int, int], ...]] = {
+    4: ((3, 2), (3, 2)),
+    6: ((3, 2), (5, 3)),
+    8: ((3, 2), (3, 2), (3, 2)),
+}
+
+
+def subsampled_length(length: int | torch.Tensor, factor: int) -> int | torch.Tensor:
+    """Output length of the factor-``factor`` conv stack for input ``length`` (0 when too short)."""
+    if factor not in CONV_LAYERS:
+        raise ValueError(f"subsampling factor must be one of {sorted(CONV_LAYERS)}, got {factor}")
+    for kernel, stride in CONV_LAYERS[factor]:
+        length = (length - kernel) // stride + 1
+    return length.clamp_min(0) if isinstance(length, torch.Tensor) else max(length, 0)
+
+
+class Conv2dSubsampling(nn.Module):
+    """Conv2d stack (ReLU after each) over (time, freq), flattened channels x freq, then Linear to d_model."""
+
+    def __init__(
+        self, in_features: int, d_model: int, factor: int = 4, dropout: float = 0.0, channels: int | None = None
+    ) -> None:
+        super().__init__()
+        if factor not in CONV_LAYERS:
+            raise ValueError(f"subsampling factor must be one of {sorted(CONV_LAYERS)}, got {factor}")
+        freq_out = subsampled_length(in_features, factor)
+        if freq_out < 1:
+            raise ValueError(f"in_features={in_features} is too few for subsampling by {factor}")
+        self.factor = factor
+        self.d_model = d_model
+        self.channels = channels or d_model  # ESPnet and WeNet use d_model channels
+        layers: list[nn.Module] = []
+        in_channels = 1
+        for kernel, stride in CONV_LAYERS[factor]:
+            layers += [nn.Conv2d(in_channels, self.channels, kernel, stride), nn.ReLU()]
+            in_channels = self.channels
+        self.conv = nn.Sequential(*layers)
+        self.out = nn.Linear(self.channels * freq_out, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T, F) features and (B,) frame counts -> ((B, T', d_model), (B,) subsampled counts); padding zeroed."""
+        batch, total, _ = x.shape
+        new_lengths = subsampled_length(lengths, self.factor)
+        total_out = subsampled_length(total, self.factor)
+        if total_out == 0:  # the convolutions would refuse an input shorter than their kernels
+            return x.new_zeros(batch, 0, self.d_model), new_lengths
+        y = self.conv(x.unsqueeze(1))  # (B, C, T', F')
+        y = self.dropout(self.out(y.transpose(1, 2).flatten(2)))
+        valid = torch.arange(total_out, device=y.device) < new_lengths.to(y.device)[:, None]
+        return y.masked_fill(~valid[..., None], 0.0), new_lengths
