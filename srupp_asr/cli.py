@@ -1,13 +1,28 @@
-"""The ``srupp-asr`` command line: a thin layer over the Python functions of the same names."""
+"""The ``srupp-asr`` command line: a thin layer over the Python functions of the same names.
+
+Each command lives in the module that holds its function and registers itself there with
+``add_parser(subparsers)``. Only the module of the command being run is imported, so
+``srupp-asr --help`` and light commands start fast.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
 from srupp_asr import __version__
 from srupp_asr.errors import UserError
+
+# command -> (module with its add_parser, one-line help shown by `srupp-asr --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("srupp_asr.cli", "show versions and which recurrence backends work here"),
+    "prepare": ("srupp_asr.prepare", "import a Kaldi data dir or NeMo manifest as a lhotse cut manifest"),
+    "cmvn": ("srupp_asr.frontend", "compute global CMVN statistics of a cut manifest"),
+    "tokenizer": ("srupp_asr.tokenizer", "train a sentencepiece tokenizer on transcripts"),
+    "train": ("srupp_asr.train", "train a model (LightningCLI: fit, validate, ...; configs in conf/)"),
+}
 
 
 def info(_args: argparse.Namespace) -> int:
@@ -37,30 +52,50 @@ def info(_args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with one sub-parser per command."""
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``info`` sub-command."""
+    p = subparsers.add_parser("info", help=COMMANDS["info"][1])
+    p.set_defaults(func=info)
+    return p
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; the sub-parser of ``command`` is the real one, the others are stubs for --help."""
     parser = argparse.ArgumentParser(
         prog="srupp-asr",
         description="Speech recognition with SRU++ encoders: train, transcribe, evaluate.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p = sub.add_parser("info", help="show versions and which recurrence backends work here")
-    p.set_defaults(func=info)
+    for name, (module, help_text) in COMMANDS.items():
+        if name == command:
+            importlib.import_module(module).add_parser(sub)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``srupp-asr`` console script; returns the exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command if command in COMMANDS else None)
+    if command == "train":  # LightningCLI parses the rest itself
+        from srupp_asr.train import train_main
+
+        return _run(command, lambda: train_main(argv[argv.index("train") + 1 :]))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    return _run(args.command, lambda: args.func(args))
+
+
+def _run(command: str, fn) -> int:
     try:
-        return args.func(args)
+        return int(fn() or 0)
     except UserError as err:
-        print(f"srupp-asr {args.command}: error: {err}", file=sys.stderr)
+        print(f"srupp-asr {command}: error: {err}", file=sys.stderr)
         return 2
 
 

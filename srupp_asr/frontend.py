@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,6 +18,7 @@ from torch import nn
 
 from srupp_asr.audio import SAMPLE_RATE, prepare_waveform
 from srupp_asr.errors import UserError
+from srupp_asr.fileio import atomic_write_text
 
 N_MELS = 80
 WIN_LENGTH = 400  # 25 ms at 16 kHz
@@ -176,19 +175,8 @@ def save_cmvn(path: str | os.PathLike[str], mean: torch.Tensor, std: torch.Tenso
     mean, std = torch.as_tensor(mean).flatten(), torch.as_tensor(std).flatten()
     if mean.shape != std.shape:
         raise ValueError(f"mean and std differ in shape: {tuple(mean.shape)} vs {tuple(std.shape)}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"mean": mean.double().tolist(), "std": std.double().tolist()}, indent=1) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, text)
 
 
 def load_cmvn(path: str | os.PathLike[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -314,3 +302,23 @@ class SpecAugment(nn.Module):
         t = torch.arange(total, device=device)[None, None]
         inside = (t >= start[..., None]) & (t < (start + width)[..., None]) & active[..., None]
         return inside.any(dim=1)
+
+
+def cmvn_command(args) -> int:
+    """``srupp-asr cmvn CUTS --out stats.json``: global CMVN statistics of a cut manifest."""
+    from srupp_asr.data import load_cuts
+
+    mean, std = compute_cmvn_stats(load_cuts(args.cuts, lazy=True), args.max_cuts)
+    save_cmvn(args.out, mean, std)
+    print(f"wrote {args.out} (mean and std of {mean.numel()} features)")
+    return 0
+
+
+def add_parser(subparsers) -> Any:
+    """Register the ``cmvn`` sub-command."""
+    p = subparsers.add_parser("cmvn", help="compute global CMVN statistics of a cut manifest")
+    p.add_argument("cuts", help="lhotse cut manifest (.jsonl.gz)")
+    p.add_argument("--out", required=True, help="JSON file to write (atomically)")
+    p.add_argument("--max-cuts", type=int, default=None, help="use only the first N cuts")
+    p.set_defaults(func=cmvn_command)
+    return p

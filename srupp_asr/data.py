@@ -1,0 +1,418 @@
+"""Training data: lhotse cut manifests in, padded batches of raw 16 kHz waveforms and token ids out.
+
+Manifests are lhotse ``CutSet`` files (``.jsonl.gz``), written by :mod:`srupp_asr.prepare` or any lhotse recipe.
+:class:`ASRDataset` turns a batch of cuts (as a lhotse sampler yields them) into tensors, applying the on-the-fly
+augmentations (speed perturbation, noise, reverberation) on the cuts before their audio is loaded;
+:class:`ASRDataModule` wires manifests, samplers and data loaders for Lightning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from lhotse import CutSet
+from lhotse.cut import Cut
+from lhotse.dataset import CutMix, DynamicBucketingSampler, ReverbWithImpulseResponse
+
+from srupp_asr.audio import SAMPLE_RATE  # the model's input rate; cuts at other rates are resampled on the fly
+from srupp_asr.errors import UserError
+from srupp_asr.fileio import atomic_output
+from srupp_asr.text import normalize_text
+from srupp_asr.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+TOKEN_PAD = -1  # padding value of ``tokens``; never a real id
+_CUT_SUFFIXES = (".jsonl.gz", ".jsonl")
+_BINS_ESTIMATE_CUTS = 10000  # lhotse's default number of cuts read to place the bucket boundaries
+
+
+def load_cuts(path: str | os.PathLike, lazy: bool = False) -> CutSet:
+    """Open a cut manifest, checking that it exists and starts with a readable cut (UserError otherwise)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: cut manifest not found")
+    try:
+        if lazy and path.name.endswith(_CUT_SUFFIXES):
+            cuts = CutSet.from_jsonl_lazy(path)
+            first = next(iter(cuts), None)
+        else:
+            cuts = CutSet.from_file(path)
+            first = next(iter(cuts), None)
+    except Exception as err:  # gzip, JSON, or lhotse schema errors: all mean "not a readable manifest"
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"{path}: not a readable lhotse cut manifest ({detail})") from None
+    if first is None:
+        raise UserError(f"{path}: cut manifest is empty")
+    if not isinstance(first, Cut):
+        raise UserError(f"{path}: holds {type(first).__name__} entries, not cuts (expected a CutSet manifest)")
+    return cuts
+
+
+def save_cuts(cuts: CutSet, path: str | os.PathLike) -> None:
+    """Write ``cuts`` to a ``.jsonl.gz`` (or ``.jsonl``) manifest atomically."""
+    path = Path(path)
+    if not path.name.endswith(_CUT_SUFFIXES):
+        raise UserError(f"{path}: cut manifests are written as .jsonl.gz (or .jsonl)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(path) as tmp:
+        cuts.to_file(tmp)
+
+
+def cut_text(cut: Cut) -> str:
+    """The normalised transcript of ``cut``: its supervisions' texts in time order."""
+    sups = sorted(cut.supervisions, key=lambda s: s.start)
+    return normalize_text(" ".join(s.text for s in sups if s.text))
+
+
+class ASRDataset(torch.utils.data.Dataset):
+    """Map a lhotse batch of cuts to padded audio and token tensors (the sampler chooses the cuts).
+
+    ``dataset[cuts]`` returns a dict: ``audio`` (B, S) float32 zero-padded, ``audio_lens`` (B,) int64,
+    ``tokens`` (B, U) int64 padded with ``TOKEN_PAD`` (-1), ``token_lens`` (B,) int64, ``texts`` (normalised)
+    and ``cut_ids``. A cut whose audio cannot be loaded is left out with a warning naming it; if no cut of the
+    batch loads, B is 0 and the training step should skip the batch.
+
+    Augmentations, when given, run on the cuts before any audio is read: speed perturbation (one factor of
+    ``speed_perturb`` drawn per cut; 1.0 leaves it alone), noise from ``noise_cuts`` mixed in with probability
+    ``noise_prob`` at an SNR drawn from ``snr_range``, and reverberation with probability ``reverb_prob`` using
+    impulse responses lhotse generates. Their random choices come from a generator seeded from torch's RNG in
+    each process, so they differ between DataLoader workers and epochs and follow ``lightning.seed_everything``.
+    """
+
+    def __init__(
+        self,
+        tokenizer: str | os.PathLike | Tokenizer,
+        speed_perturb: Sequence[float] | None = None,
+        noise_cuts: CutSet | None = None,
+        snr_range: tuple[float, float] = (10.0, 20.0),
+        noise_prob: float = 0.5,
+        reverb_prob: float = 0.0,
+    ) -> None:
+        """Build the dataset; augmentations are off unless their arguments are given."""
+        self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer(tokenizer)
+        self.speed_perturb = tuple(float(f) for f in speed_perturb) if speed_perturb else ()
+        if any(f <= 0 for f in self.speed_perturb):
+            raise UserError(f"speed_perturb: factors must be positive, got {list(self.speed_perturb)}")
+        self.noise_cuts = None
+        if noise_cuts is not None:
+            # Noise carries no transcript, and lhotse mixes only cuts of equal sampling rates.
+            self.noise_cuts = noise_cuts.drop_supervisions().resample(SAMPLE_RATE).to_eager()
+        self.snr_range = (float(snr_range[0]), float(snr_range[1]))
+        self.noise_prob = noise_prob
+        self.reverb_prob = reverb_prob
+        self._rng_pid: int | None = None
+
+    def _random(self) -> random.Random:
+        """The per-process random generator (created lazily so that every DataLoader worker draws its own)."""
+        if self._rng_pid != os.getpid():
+            self._rng = random.Random(int(torch.randint(0, 2**62, ())))
+            self._rng_pid = os.getpid()
+            self._mix = None
+            if self.noise_cuts is not None and self.noise_prob > 0:
+                self._mix = CutMix(
+                    self.noise_cuts,
+                    snr=self.snr_range,
+                    p=self.noise_prob,
+                    pad_to_longest=False,
+                    preserve_id=True,
+                    seed=self._rng,
+                )
+            self._reverb = None
+            if self.reverb_prob > 0:
+                self._reverb = ReverbWithImpulseResponse(p=self.reverb_prob, randgen=self._rng, preserve_id=True)
+        return self._rng
+
+    def augment(self, cuts: CutSet) -> CutSet:
+        """Apply the configured augmentations to a batch of cuts (no audio is read)."""
+        rng = self._random()
+        if self.speed_perturb:
+            perturbed = []
+            for cut in cuts:
+                factor = rng.choice(self.speed_perturb)
+                perturbed.append(cut if factor == 1.0 else cut.perturb_speed(factor, affix_id=False))
+            cuts = CutSet.from_cuts(perturbed)
+        if self._reverb is not None:
+            cuts = self._reverb(cuts)
+        if self._mix is not None:
+            cuts = self._mix(cuts)
+        return cuts
+
+    def __getitem__(self, cuts: CutSet) -> dict:
+        """Load, augment, tokenise and pad one batch of cuts."""
+        cuts = CutSet.from_cuts(c if c.sampling_rate == SAMPLE_RATE else c.resample(SAMPLE_RATE) for c in cuts)
+        cuts = self.augment(cuts)
+        audios, texts, ids = [], [], []
+        for cut in cuts:
+            try:
+                audio = cut.load_audio()
+            except Exception as err:  # any decoder, command or file error: lose the cut, not the epoch
+                log.warning("skipping cut %s: cannot load its audio (%s: %s)", cut.id, type(err).__name__, err)
+                continue
+            audio = np.asarray(audio, dtype=np.float32)
+            if audio.ndim == 2:
+                audio = audio.mean(axis=0)
+            audios.append(torch.from_numpy(audio))
+            texts.append(cut_text(cut))
+            ids.append(cut.id)
+        tokens = [torch.tensor(self.tokenizer.encode(t), dtype=torch.int64) for t in texts]
+        return {
+            "audio": _pad(audios, 0.0, torch.float32),
+            "audio_lens": torch.tensor([len(a) for a in audios], dtype=torch.int64),
+            "tokens": _pad(tokens, TOKEN_PAD, torch.int64),
+            "token_lens": torch.tensor([len(t) for t in tokens], dtype=torch.int64),
+            "texts": texts,
+            "cut_ids": ids,
+        }
+
+
+def _pad(seqs: list[torch.Tensor], value: float, dtype: torch.dtype) -> torch.Tensor:
+    out = torch.full((len(seqs), max((len(s) for s in seqs), default=0)), value, dtype=dtype)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s
+    return out
+
+
+class ResumableSampler(torch.utils.data.Sampler):
+    """A lhotse sampler that follows the trainer's epoch and can skip the batches a resumed run already saw.
+
+    Lightning creates the training iterator before it calls ``set_epoch``, so after a resume the first epoch
+    would be shuffled as epoch 0; reading the epoch from ``epoch_fn`` when iteration starts avoids that.
+    """
+
+    def __init__(self, sampler: DynamicBucketingSampler, epoch_fn: Callable[[], int] | None = None) -> None:
+        """Wrap ``sampler``; ``epoch_fn()`` (optional) gives the epoch to use when iteration starts."""
+        super().__init__()
+        self.sampler = sampler
+        self.epoch_fn = epoch_fn
+        self._skip: tuple[int, int] | None = None  # (epoch, batches to skip)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the wrapped sampler shuffles for."""
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (its shuffling order) of the next iteration."""
+        self.sampler.set_epoch(epoch)
+
+    def skip_batches(self, epoch: int, batches: int) -> None:
+        """On the next iteration of ``epoch``, leave out its first ``batches`` batches (a resumed epoch)."""
+        self._skip = (epoch, batches)
+        self.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[CutSet]:
+        if self.epoch_fn is not None:
+            self.set_epoch(self.epoch_fn())
+        batches = iter(self.sampler)
+        if self._skip is not None:
+            epoch, n = self._skip
+            self._skip = None
+            if epoch == self.epoch and n > 0:
+                log.info("resuming epoch %d after %d batches", epoch, n)
+                for _ in range(n):
+                    if next(batches, None) is None:
+                        return
+        # Not ``yield from``: a lhotse sampler is its own iterator and calling iter() on it again restarts it.
+        while (batch := next(batches, None)) is not None:
+            yield batch
+
+
+def _bucket_count(cuts: CutSet, wanted: int) -> int:
+    """``wanted``, or fewer for a manifest too small to fill that many buckets (lhotse asserts on it)."""
+    return max(1, min(wanted, sum(1 for _ in islice(cuts, _BINS_ESTIMATE_CUTS))))
+
+
+class _MaxDuration:
+    """Sampler filter: drop cuts longer than ``limit`` seconds, naming the first few in the log."""
+
+    def __init__(self, limit: float, manifest: str, show: int = 10) -> None:
+        self.limit, self.manifest, self.show, self.dropped = limit, manifest, show, 0
+
+    def __call__(self, cut: Cut) -> bool:
+        if cut.duration <= self.limit:
+            return True
+        self.dropped += 1
+        if self.dropped <= self.show:
+            more = "; further ones are dropped silently" if self.dropped == self.show else ""
+            log.warning(
+                "%s: dropping cut %s (%.1f s > max_cut_duration %.1f s)%s",
+                self.manifest,
+                cut.id,
+                cut.duration,
+                self.limit,
+                more,
+            )
+        return False
+
+
+class ASRDataModule(L.LightningDataModule):
+    """Manifests, samplers and loaders for training and validation (LightningCLI maps its arguments to YAML).
+
+    Training batches come from lhotse's ``DynamicBucketingSampler``: cuts of similar duration are grouped into
+    batches of at most ``max_duration`` seconds of audio. Validation uses the same sampler without shuffling.
+
+    Multi-GPU: the samplers split batches between ranks themselves, so the Trainer must be built with
+    ``use_distributed_sampler=False`` (LightningCLI: ``trainer.use_distributed_sampler: false``); otherwise
+    Lightning would wrap them in a ``DistributedSampler``, which cannot work on lhotse samplers.
+
+    Resuming: the module's ``state_dict`` (stored in Lightning checkpoints) records the epoch and how many
+    training batches of it were processed; a run resumed from a mid-epoch checkpoint continues the same epoch's
+    shuffling order after those batches. Each epoch is shuffled differently (``seed`` + epoch).
+    """
+
+    def __init__(
+        self,
+        train_cuts: str | None,
+        valid_cuts: str | None,
+        tokenizer: str,
+        max_duration: float = 200.0,
+        num_buckets: int = 30,
+        shuffle: bool = True,
+        speed_perturb: Sequence[float] | None = (0.9, 1.0, 1.1),
+        noise_cuts: str | None = None,
+        snr_range: tuple[float, float] = (10.0, 20.0),
+        noise_prob: float = 0.5,
+        reverb_prob: float = 0.0,
+        num_workers: int = 2,
+        seed: int = 0,
+        max_cut_duration: float | None = 30.0,
+    ) -> None:
+        """Store the configuration; manifests are opened in :meth:`setup`."""
+        super().__init__()
+        self.save_hyperparameters()
+        self.train_cuts_path = train_cuts
+        self.valid_cuts_path = valid_cuts
+        self.tokenizer_path = tokenizer
+        self.max_duration = max_duration
+        self.num_buckets = num_buckets
+        self.shuffle = shuffle
+        self.speed_perturb = list(speed_perturb) if speed_perturb else None
+        self.noise_cuts_path = noise_cuts
+        self.snr_range = tuple(snr_range)
+        self.noise_prob = noise_prob
+        self.reverb_prob = reverb_prob
+        self.num_workers = num_workers
+        self.seed = seed
+        self.max_cut_duration = max_cut_duration
+        self.tokenizer: Tokenizer | None = None
+        self.train_cuts: CutSet | None = None
+        self.valid_cuts: CutSet | None = None
+        self._train_sampler: ResumableSampler | None = None
+        self._resume: dict | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load the tokenizer and open the manifests the stage needs (lazily; read as batches are drawn)."""
+        if self.tokenizer is None:
+            self.tokenizer = Tokenizer(self.tokenizer_path)
+        if stage in (None, "fit") and self.train_cuts_path and self.train_cuts is None:
+            self.train_cuts = load_cuts(self.train_cuts_path, lazy=True)
+        if stage in (None, "fit", "validate") and self.valid_cuts_path and self.valid_cuts is None:
+            self.valid_cuts = load_cuts(self.valid_cuts_path, lazy=True)
+
+    def _distribution(self) -> dict:
+        """world_size / rank for the samplers: the trainer's when there is one, else lhotse infers them."""
+        trainer = self.trainer
+        if trainer is None:
+            return {}
+        connector = getattr(trainer, "_accelerator_connector", None)
+        if trainer.world_size > 1 and getattr(connector, "use_distributed_sampler", False):
+            raise UserError(
+                "trainer: use_distributed_sampler must be false with ASRDataModule (its lhotse samplers shard"
+                " batches across ranks themselves)"
+            )
+        return {"world_size": trainer.world_size, "rank": trainer.global_rank}
+
+    def _trainer_epoch(self) -> int:
+        # The epoch Lightning passes to ``set_epoch``; read directly because the first iterator after a resume
+        # is created before Lightning calls ``set_epoch``.
+        return self.trainer.fit_loop.epoch_progress.current.processed
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        """Shuffled, duration-bucketed, augmented training batches."""
+        if self.train_cuts is None:
+            self.setup("fit")
+        if self.train_cuts is None:
+            raise UserError("data: train_cuts is not set; training needs a cut manifest")
+        cuts = self.train_cuts
+        sampler = DynamicBucketingSampler(
+            cuts,
+            max_duration=self.max_duration,
+            num_buckets=_bucket_count(cuts, self.num_buckets),
+            num_cuts_for_bins_estimate=_BINS_ESTIMATE_CUTS,
+            shuffle=self.shuffle,
+            drop_last=False,
+            seed=self.seed,
+            **self._distribution(),
+        )
+        if self.max_cut_duration is not None:
+            sampler.filter(_MaxDuration(self.max_cut_duration, str(self.train_cuts_path)))
+        noise = load_cuts(self.noise_cuts_path) if self.noise_cuts_path else None
+        dataset = ASRDataset(
+            self.tokenizer,
+            speed_perturb=self.speed_perturb,
+            noise_cuts=noise,
+            snr_range=self.snr_range,
+            noise_prob=self.noise_prob,
+            reverb_prob=self.reverb_prob,
+        )
+        epoch_fn = self._trainer_epoch if self.trainer is not None else None
+        self._train_sampler = ResumableSampler(sampler, epoch_fn=epoch_fn)
+        if self._resume is not None:
+            self._train_sampler.skip_batches(self._resume["epoch"], self._resume["batches_done"])
+            self._resume = None
+        return self._loader(dataset, self._train_sampler)
+
+    def val_dataloader(self) -> torch.utils.data.DataLoader | list:
+        """Validation batches: bucketed by duration, not shuffled, not augmented (none without valid_cuts)."""
+        if self.valid_cuts is None:
+            self.setup("validate")
+        if self.valid_cuts is None:
+            log.warning("data: valid_cuts is not set; validation is skipped")
+            return []
+        sampler = DynamicBucketingSampler(
+            self.valid_cuts,
+            max_duration=self.max_duration,
+            num_buckets=_bucket_count(self.valid_cuts, self.num_buckets),
+            num_cuts_for_bins_estimate=_BINS_ESTIMATE_CUTS,
+            shuffle=False,
+            drop_last=False,
+            **self._distribution(),
+        )
+        return self._loader(ASRDataset(self.tokenizer), sampler)
+
+    def _loader(self, dataset: ASRDataset, sampler: torch.utils.data.Sampler) -> torch.utils.data.DataLoader:
+        # batch_size=None: the sampler yields whole batches (CutSets) and the dataset collates them itself.
+        return torch.utils.data.DataLoader(
+            dataset,
+            sampler=sampler,
+            batch_size=None,
+            num_workers=self.num_workers,
+            persistent_workers=False,
+        )
+
+    def state_dict(self) -> dict:
+        """Where training stands in the current epoch (saved in Lightning checkpoints)."""
+        trainer = self.trainer
+        if trainer is None or self._train_sampler is None:
+            return {}
+        return {
+            "epoch": self._trainer_epoch(),
+            "batches_done": trainer.fit_loop.epoch_loop.batch_progress.current.processed,
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Resume: the next training iteration of the saved epoch skips the batches already processed."""
+        if state_dict:
+            self._resume = {"epoch": int(state_dict["epoch"]), "batches_done": int(state_dict["batches_done"])}
+            if self._train_sampler is not None:
+                self._train_sampler.skip_batches(self._resume["epoch"], self._resume["batches_done"])
+                self._resume = None

@@ -1,0 +1,265 @@
+"""Batches from cut manifests: padding, tokens, augmentation, samplers, resuming."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import lightning as L
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from lhotse import CutSet, Recording, SupervisionSegment
+from lhotse.utils import fastcopy
+
+from srupp_asr.data import ASRDataModule, ASRDataset, load_cuts, save_cuts
+from srupp_asr.errors import UserError
+from srupp_asr.tokenizer import Tokenizer
+
+TEXTS = ["Hello, World!", "the quick brown fox", "jumps over", "the lazy dog.", "a b c", "don't panic"]
+
+
+def _cut(path, text, cut_id):
+    rec = Recording.from_file(path, recording_id=cut_id)
+    sup = SupervisionSegment(id=cut_id, recording_id=cut_id, start=0, duration=rec.duration, text=text)
+    return fastcopy(rec.to_cut(), id=cut_id, supervisions=[sup])
+
+
+def _tone(path, seconds, rate=16000, freq=440.0):
+    t = np.arange(round(seconds * rate)) / rate
+    sf.write(path, (0.1 * np.sin(2 * np.pi * freq * t)).astype(np.float32), rate)
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """12 cuts of 0.3-1.4 s (one at 8 kHz), their manifest, and a char tokenizer."""
+    root = tmp_path_factory.mktemp("corpus")
+    cuts = []
+    for i in range(12):
+        rate = 8000 if i == 3 else 16000
+        path = _tone(root / f"c{i:02d}.wav", 0.3 + 0.1 * i, rate=rate, freq=200 + 50 * i)
+        cuts.append(_cut(path, TEXTS[i % len(TEXTS)], f"c{i:02d}"))
+    cuts = CutSet.from_cuts(cuts)
+    save_cuts(cuts, root / "cuts.jsonl.gz")
+    tok = Tokenizer.train(TEXTS, root / "tokenizer.model", vocab_size=100, model_type="char")
+    return SimpleNamespace(root=root, cuts=cuts, manifest=root / "cuts.jsonl.gz", tokenizer=tok)
+
+
+def test_batch_pads_audio_with_zeros_and_tokens_with_minus_one(corpus):
+    batch = ASRDataset(corpus.tokenizer)[corpus.cuts.subset(cut_ids=["c00", "c05", "c02"])]
+    assert batch["cut_ids"] == ["c00", "c05", "c02"]
+    assert batch["audio_lens"].tolist() == [4800, 12800, 8000]
+    assert batch["audio"].shape == (3, 12800) and batch["audio"].dtype == torch.float32
+    expected = sf.read(corpus.root / "c00.wav", dtype="float32")[0]
+    np.testing.assert_allclose(batch["audio"][0, :4800].numpy(), expected, atol=1e-6)
+    assert torch.all(batch["audio"][0, 4800:] == 0)
+    assert batch["texts"] == ["hello world", "don't panic", "jumps over"]
+    lens = batch["token_lens"].tolist()
+    assert batch["tokens"].shape == (3, max(lens)) and batch["tokens"].dtype == torch.int64
+    for row, n, text in zip(batch["tokens"], lens, batch["texts"], strict=True):
+        assert row[:n].tolist() == corpus.tokenizer.encode(text)
+        assert torch.all(row[n:] == -1)
+
+
+def test_cut_at_another_rate_is_resampled_to_16k(corpus):
+    batch = ASRDataset(corpus.tokenizer)[corpus.cuts.subset(cut_ids=["c03"])]
+    assert batch["audio_lens"].tolist() == [9600]  # 0.6 s of 8 kHz audio
+
+
+def test_speech_from_espeak_loads_at_16k(corpus, synthesize_speech):
+    path = synthesize_speech("the lazy dog", name="dog.wav")
+    cut = _cut(path, "The lazy dog!", "dog")
+    batch = ASRDataset(corpus.tokenizer)[CutSet.from_cuts([cut])]
+    assert batch["audio_lens"].item() == pytest.approx(cut.duration * 16000, abs=1)
+    assert batch["texts"] == ["the lazy dog"] and batch["audio"].abs().max() > 0.05
+
+
+def test_unloadable_audio_is_skipped_with_a_warning_naming_the_cut(corpus, tmp_path, caplog):
+    doomed = _cut(_tone(tmp_path / "doomed.wav", 0.5), "doomed", "doomed")
+    (tmp_path / "doomed.wav").unlink()
+    cuts = CutSet.from_cuts([corpus.cuts["c01"], doomed, corpus.cuts["c02"]])
+    with caplog.at_level(logging.WARNING, logger="srupp_asr.data"):
+        batch = ASRDataset(corpus.tokenizer)[cuts]
+    assert batch["cut_ids"] == ["c01", "c02"] and batch["audio"].shape[0] == 2
+    assert "skipping cut doomed: cannot load its audio" in caplog.text
+
+    empty = ASRDataset(corpus.tokenizer)[CutSet.from_cuts([doomed])]
+    assert empty["audio"].shape == (0, 0) and empty["tokens"].shape == (0, 0) and empty["cut_ids"] == []
+
+
+def test_speed_perturbation_changes_length_by_the_factor_and_keeps_ids(corpus):
+    cuts = corpus.cuts.subset(cut_ids=["c04", "c07"])
+    batch = ASRDataset(corpus.tokenizer, speed_perturb=[1.25])[cuts]
+    assert batch["cut_ids"] == ["c04", "c07"]
+    assert batch["audio_lens"].tolist() == [round(11200 / 1.25), round(16000 / 1.25)]
+    assert batch["texts"] == ["a b c", "the quick brown fox"]
+
+
+def test_noise_is_mixed_in_keeping_length_and_transcript(corpus, tmp_path):
+    noise = CutSet.from_cuts([_cut(_tone(tmp_path / "n.wav", 0.4, freq=3000.0), "noise words", "n")])
+    cuts = corpus.cuts.subset(cut_ids=["c06"])
+    clean = ASRDataset(corpus.tokenizer)[cuts]
+    noisy = ASRDataset(corpus.tokenizer, noise_cuts=noise, snr_range=(0.0, 0.0), noise_prob=1.0)[cuts]
+    assert noisy["audio_lens"].tolist() == clean["audio_lens"].tolist() == [14400]
+    assert noisy["texts"] == clean["texts"] == ["hello world"]  # the noise's supervision is dropped
+    difference = (noisy["audio"] - clean["audio"]).pow(2).mean() / clean["audio"].pow(2).mean()
+    assert 0.5 < difference < 2.0  # 0 dB: the added noise carries about the speech's power
+
+
+def test_reverberation_keeps_length_and_changes_audio(corpus):
+    cuts = corpus.cuts.subset(cut_ids=["c05"])
+    clean = ASRDataset(corpus.tokenizer)[cuts]
+    wet = ASRDataset(corpus.tokenizer, reverb_prob=1.0)[cuts]
+    assert wet["audio_lens"].tolist() == clean["audio_lens"].tolist()
+    assert not torch.allclose(wet["audio"], clean["audio"], atol=1e-3)
+
+
+def test_load_cuts_names_missing_empty_and_unreadable_manifests(tmp_path):
+    with pytest.raises(UserError, match=r"nope\.jsonl\.gz: cut manifest not found"):
+        load_cuts(tmp_path / "nope.jsonl.gz")
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(UserError, match=r"empty\.jsonl: cut manifest is empty"):
+        load_cuts(tmp_path / "empty.jsonl", lazy=True)
+    (tmp_path / "junk.jsonl.gz").write_bytes(b"this is not gzip")
+    with pytest.raises(UserError, match=r"junk\.jsonl\.gz: not a readable lhotse cut manifest"):
+        load_cuts(tmp_path / "junk.jsonl.gz", lazy=True)
+
+
+def _module(corpus, **kw) -> ASRDataModule:
+    args = dict(max_duration=3.0, speed_perturb=None, num_workers=0, max_cut_duration=None)
+    dm = ASRDataModule(str(corpus.manifest), str(corpus.manifest), str(corpus.tokenizer.path), **{**args, **kw})
+    dm.setup("fit")
+    return dm
+
+
+def _epoch(loader, epoch):
+    loader.sampler.set_epoch(epoch)
+    return [batch["cut_ids"] for batch in loader]
+
+
+def test_train_batches_cover_every_cut_once_within_max_duration(corpus):
+    loader = _module(corpus).train_dataloader()
+    batches = _epoch(loader, 0)
+    assert sorted(i for b in batches for i in b) == sorted(corpus.cuts.ids)
+    durations = {c.id: c.duration for c in corpus.cuts}
+    assert all(sum(durations[i] for i in b) <= 3.0 + 1e-6 for b in batches)
+    assert len(batches) >= 4  # 10.2 s of audio
+
+
+def test_epochs_shuffle_differently_and_reproducibly(corpus):
+    loader = _module(corpus, seed=7).train_dataloader()
+    first, second = _epoch(loader, 0), _epoch(loader, 1)
+    assert first != second
+    assert _epoch(_module(corpus, seed=7).train_dataloader(), 1) == second
+
+
+def test_validation_batches_are_not_shuffled_or_augmented(corpus):
+    loader = _module(corpus, speed_perturb=[1.5], reverb_prob=1.0).val_dataloader()
+    assert _epoch(loader, 0) == _epoch(loader, 3)
+    batches = list(loader)
+    lens = {i: n for b in batches for i, n in zip(b["cut_ids"], b["audio_lens"].tolist(), strict=True)}
+    assert lens["c00"] == 4800 and lens["c11"] == 22400
+
+
+def test_cuts_longer_than_max_cut_duration_are_dropped_and_logged(corpus, caplog):
+    loader = _module(corpus, max_cut_duration=1.0).train_dataloader()
+    with caplog.at_level(logging.INFO, logger="srupp_asr.data"):
+        seen = {i for b in _epoch(loader, 0) for i in b}
+    assert seen == {f"c{i:02d}" for i in range(8)}  # 0.3 .. 1.0 s
+    assert "dropping cut c11 (1.4 s > max_cut_duration 1.0 s)" in caplog.text
+
+
+def test_resumed_epoch_skips_the_batches_already_processed(corpus):
+    reference = _epoch(_module(corpus, seed=3).train_dataloader(), 1)
+    dm = _module(corpus, seed=3)
+    dm.load_state_dict({"epoch": 1, "batches_done": 2})
+    loader = dm.train_dataloader()
+    assert [b["cut_ids"] for b in loader] == reference[2:]
+    assert _epoch(loader, 1) == reference  # the skip applies once
+
+
+def _fake_trainer(world_size, rank, use_distributed_sampler=False):
+    progress = SimpleNamespace(current=SimpleNamespace(processed=0))
+    return SimpleNamespace(
+        world_size=world_size,
+        global_rank=rank,
+        _accelerator_connector=SimpleNamespace(use_distributed_sampler=use_distributed_sampler),
+        fit_loop=SimpleNamespace(epoch_progress=progress),
+    )
+
+
+def test_ranks_get_disjoint_batches_under_ddp(corpus):
+    seen = []
+    for rank in (0, 1):
+        dm = _module(corpus)
+        dm.trainer = _fake_trainer(2, rank)
+        seen.append([i for b in dm.train_dataloader() for i in b["cut_ids"]])
+    # lhotse pads the last round with duplicates (``_dup`` ids) so that no rank runs out of batches first
+    originals = [[i for i in ids if "_dup" not in i] for ids in seen]
+    assert not set(originals[0]) & set(originals[1])
+    assert sorted(originals[0] + originals[1]) == sorted(corpus.cuts.ids)
+
+
+def test_lightning_distributed_sampler_is_refused(corpus):
+    dm = _module(corpus)
+    dm.trainer = _fake_trainer(2, 0, use_distributed_sampler=True)
+    with pytest.raises(UserError, match="use_distributed_sampler must be false"):
+        dm.train_dataloader()
+
+
+def test_without_valid_cuts_there_are_no_validation_batches(corpus, caplog):
+    dm = ASRDataModule(str(corpus.manifest), None, str(corpus.tokenizer.path))
+    with caplog.at_level(logging.WARNING, logger="srupp_asr.data"):
+        assert dm.val_dataloader() == []
+    assert "valid_cuts is not set; validation is skipped" in caplog.text
+
+
+def test_missing_manifest_is_a_user_error(corpus, tmp_path):
+    dm = ASRDataModule(str(tmp_path / "train.jsonl.gz"), None, str(corpus.tokenizer.path))
+    with pytest.raises(UserError, match=r"train\.jsonl\.gz: cut manifest not found"):
+        dm.setup("fit")
+
+
+class _Recorder(L.LightningModule):
+    """Records which cuts each training step saw."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[tuple[int, tuple[str, ...]]] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append((self.current_epoch, tuple(batch["cut_ids"])))
+        return (self.weight * batch["audio"].mean()).sum() + self.weight.pow(2).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _trainer(tmp_path, **kw):
+    return L.Trainer(
+        max_epochs=2,
+        use_distributed_sampler=False,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+        **kw,
+    )
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_lightning_resume_from_a_mid_epoch_checkpoint_continues_the_same_batches(corpus, tmp_path):
+    saver = L.pytorch.callbacks.ModelCheckpoint(tmp_path, "{step}", every_n_train_steps=6, save_top_k=-1)
+    full = _Recorder()
+    _trainer(tmp_path, callbacks=[saver]).fit(full, datamodule=_module(corpus, seed=5))
+    per_epoch = len(full.seen) // 2
+    assert 2 * per_epoch > 6 and [e for e, _ in full.seen] == [0] * per_epoch + [1] * per_epoch
+    assert full.seen[:per_epoch] != full.seen[per_epoch:]  # set_epoch reached the sampler
+
+    resumed = _Recorder()
+    _trainer(tmp_path).fit(resumed, datamodule=_module(corpus, seed=5), ckpt_path=tmp_path / "step=6.ckpt")
+    assert resumed.seen == full.seen[6:]
