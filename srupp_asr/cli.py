@@ -80,10 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else None)
-    if command == "train":  # LightningCLI parses the rest itself
-        from srupp_asr.train import train_main
-
-        return _run(command, lambda: train_main(argv[argv.index("train") + 1 :]))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

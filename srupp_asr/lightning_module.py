@@ -1,0 +1,221 @@
+"""What one training or validation step does: :class:`ASRLightningModule` wraps :class:`ASRModel` for Lightning.
+
+Arguments are explicit (not one nested ``model`` dict) so that LightningCLI can show, check and override each
+of them: ``--model.d_model 320``, ``--model.encoder_conf.num_layers 8``, ``--model.lr 0.002``. The network's
+arguments are :class:`~srupp_asr.model.ASRModel`'s, with the same names and defaults, except ``vocab_size``,
+which comes from the tokenizer. In a ``srupp-asr train`` YAML config (where ``tokenizer`` is not written
+under ``model``: it is linked from ``data.tokenizer``)::
+
+    model:
+      cmvn: data/manifests/cmvn.json
+      encoder: srupp
+      encoder_conf: {num_layers: 10, attn_dim: 128}
+      lr: 0.001
+
+Logged metrics: ``train/loss``, ``train/loss_ctc``, ``train/loss_att``, ``train/acc``, ``train/lr``,
+``train/nonfinite_skipped`` (updates skipped so far because the loss was NaN or infinite); ``valid/loss``,
+``valid/loss_ctc``, ``valid/loss_att``, ``valid/acc`` and ``valid/wer`` (greedy-CTC word error rate in percent:
+all word errors of the epoch over all reference words, across ranks).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import jiwer
+import lightning as L
+import torch
+
+from srupp_asr.errors import UserError
+from srupp_asr.frontend import load_cmvn
+from srupp_asr.model import ASRModel
+from srupp_asr.schedulers import NoamLR
+from srupp_asr.text import normalize_text
+from srupp_asr.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+
+
+class ASRLightningModule(L.LightningModule):
+    """Joint CTC/attention training of an :class:`ASRModel`, with Noam LR schedule and greedy-CTC WER in validation."""
+
+    def __init__(
+        self,
+        tokenizer: str,
+        cmvn: str | None = None,
+        n_mels: int = 80,
+        d_model: int = 256,
+        subsampling: int = 4,
+        encoder: str = "srupp",
+        encoder_conf: dict[str, Any] | None = None,
+        decoder_conf: dict[str, Any] | None = None,
+        ctc_weight: float = 0.3,
+        lsm_weight: float = 0.1,
+        specaugment: dict[str, Any] | None = {},  # noqa: B006 -- never mutated; {} = SpecAugment's defaults
+        dither: float = 0.0,
+        lr: float = 1e-3,
+        weight_decay: float = 1e-6,
+        warmup_steps: int = 25000,
+        optimizer: Literal["adam", "adamw"] = "adam",
+        max_consecutive_nonfinite: int = 100,
+    ) -> None:
+        """``tokenizer``: sentencepiece model path; ``cmvn``: JSON stats from ``frontend.save_cmvn``; the
+        network arguments are :class:`ASRModel`'s; ``lr`` is the Noam schedule's peak, reached at ``warmup_steps``."""
+        super().__init__()
+        self.save_hyperparameters()
+        if optimizer not in OPTIMIZERS:
+            raise UserError(f"model.optimizer: unknown optimizer {optimizer!r} (choose from {', '.join(OPTIMIZERS)})")
+        self.tokenizer = Tokenizer(tokenizer)
+        self.model = ASRModel(
+            vocab_size=self.tokenizer.vocab_size,
+            n_mels=n_mels,
+            d_model=d_model,
+            subsampling=subsampling,
+            encoder=encoder,
+            encoder_conf=encoder_conf,
+            decoder_conf=decoder_conf,
+            ctc_weight=ctc_weight,
+            lsm_weight=lsm_weight,
+            specaugment=specaugment,
+            dither=dither,
+        )
+        if cmvn is not None:
+            mean, std = load_cmvn(cmvn)
+            try:
+                self.model.set_cmvn(mean, std)
+            except ValueError:
+                detail = f"CMVN stats have {mean.numel()} dimensions, the model has n_mels={n_mels}"
+                raise UserError(f"{cmvn}: {detail}") from None
+        else:
+            log.warning("model.cmvn is not set: training on un-normalised filterbank features")
+        self.nonfinite_skipped = 0  # updates skipped over the whole run (kept in checkpoints)
+        self._nonfinite_in_a_row = 0
+        self._skip_backward = False
+        self._wer_counts = [0, 0]  # word errors, reference words (this rank, this validation run)
+
+    # ---------------------------------------------------------------- training
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor | None:
+        """Joint loss of one batch; a batch whose loss is not finite on any rank is skipped on every rank."""
+        batch_size = batch["audio"].size(0)
+        out = None
+        if batch_size > 0:  # the dataset leaves out cuts whose audio fails to load, possibly all of them
+            out = self.model(batch["audio"], batch["audio_lens"], batch["tokens"], batch["token_lens"])
+        # Every rank must take the same decision or DDP's gradient all-reduce would wait forever.
+        bad = torch.tensor(
+            [float(out is None), float(out is not None and not torch.isfinite(out["loss"].detach()))],
+            device=self.device,
+        )
+        empty, nonfinite = (float(x) > 0 for x in self.trainer.strategy.reduce(bad, reduce_op="sum"))
+        if nonfinite:
+            self._count_nonfinite()
+        elif not empty:
+            self._nonfinite_in_a_row = 0
+        self.log("train/nonfinite_skipped", float(self.nonfinite_skipped), batch_size=max(batch_size, 1))
+        if empty or nonfinite:
+            return self._skip_update()
+        metrics = {f"train/{k}": v.detach() for k, v in out.items() if v is not None}
+        metrics["train/lr"] = self.trainer.optimizers[0].param_groups[0]["lr"]
+        self.log("train/loss", metrics.pop("train/loss"), prog_bar=True, batch_size=batch_size)
+        self.log_dict(metrics, batch_size=batch_size)
+        return out["loss"]
+
+    def _count_nonfinite(self) -> None:
+        self.nonfinite_skipped += 1
+        self._nonfinite_in_a_row += 1
+        limit = self.hparams.max_consecutive_nonfinite
+        log.warning(
+            "step %d: loss is not finite; update skipped (%d in a row, %d in total)",
+            self.global_step,
+            self._nonfinite_in_a_row,
+            self.nonfinite_skipped,
+        )
+        if self._nonfinite_in_a_row >= limit:
+            raise RuntimeError(
+                f"the loss was not finite for {self._nonfinite_in_a_row} batches in a row"
+                f" (model.max_consecutive_nonfinite={limit}); training has diverged. Lower model.lr or"
+                " trainer.gradient_clip_val, raise model.warmup_steps, or check the data and the CMVN stats."
+            )
+
+    def _skip_update(self) -> torch.Tensor | None:
+        if self.trainer.world_size == 1:
+            return None  # Lightning then skips backward and the optimizer step
+        # DDP refuses None (a rank skipping alone would hang the others); every rank reached this point together,
+        # so each returns a stand-in loss and `backward` clears the gradients instead of computing them: the
+        # optimizer steps only parameters that have a gradient, so nothing changes, on any rank.
+        self._skip_backward = True
+        return torch.zeros((), device=self.device)
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Lightning's backward, left out for a batch that :meth:`training_step` skipped under DDP."""
+        if not self._skip_backward:
+            super().backward(loss, *args, **kwargs)
+            return
+        self._skip_backward = False
+        if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+            # fp16's GradScaler insists on seeing gradients; NaN ones make it skip the step (on every rank,
+            # since gradients are all-reduced) exactly as for an overflow.
+            params = [p for p in self.parameters() if p.requires_grad]
+            super().backward(sum(p.reshape(-1)[0] for p in params) * float("nan"), *args, **kwargs)
+        else:
+            # With gradient accumulation, earlier micro-batches left gradients that only this backward would have
+            # all-reduced; stepping on them would move each rank differently. Drop them on every rank.
+            self.zero_grad(set_to_none=True)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """Adam or AdamW at peak ``lr`` with the Noam warm-up / inverse-sqrt schedule, stepped every update."""
+        hp = self.hparams
+        optimizer = OPTIMIZERS[hp.optimizer](self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        scheduler = NoamLR(optimizer, warmup_steps=hp.warmup_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the skipped-update counter across a resume."""
+        checkpoint["nonfinite_skipped"] = self.nonfinite_skipped
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the skipped-update counter."""
+        self.nonfinite_skipped = int(checkpoint.get("nonfinite_skipped", 0))
+
+    # ---------------------------------------------------------------- validation
+
+    def on_validation_epoch_start(self) -> None:
+        """Reset the WER counts of this validation run."""
+        self._wer_counts = [0, 0]
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """Losses and accuracy of one batch; greedy-CTC word errors added to the run's counts."""
+        batch_size = batch["audio"].size(0)
+        if batch_size == 0:
+            return
+        enc, enc_lens = self.model.encode(batch["audio"], batch["audio_lens"])
+        out = self.model.losses(enc, enc_lens, batch["tokens"], batch["token_lens"])
+        metrics = {f"valid/{k}": v for k, v in out.items() if v is not None}
+        self.log_dict(metrics, batch_size=batch_size, sync_dist=True)
+        if self.model.ctc is None:
+            return  # an attention-only model: no greedy CTC hypotheses to score
+        for ids, ref in zip(self.model.ctc_greedy_encoded(enc, enc_lens), batch["texts"], strict=True):
+            errors, words = word_errors(ref, self.tokenizer.decode(ids))
+            self._wer_counts[0] += errors
+            self._wer_counts[1] += words
+
+    def on_validation_epoch_end(self) -> None:
+        """Log ``valid/wer``: total errors over total reference words, summed over every rank."""
+        counts = torch.tensor(self._wer_counts, dtype=torch.float64, device=self.device)
+        errors, words = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()
+        if words > 0:
+            # Already summed over ranks, so every rank holds the same value; sync_dist only averages equal values
+            # (and tells Lightning the metric is global, which ModelCheckpoint on every rank relies on).
+            self.log("valid/wer", 100.0 * errors / words, prog_bar=True, sync_dist=True)
+
+
+def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(substitutions + deletions + insertions, reference words) between the normalised texts."""
+    ref, hyp = normalize_text(reference), normalize_text(hypothesis)
+    if not ref or not hyp:  # nothing to align: every word of the other side is an error
+        return len(hyp.split()) + len(ref.split()), len(ref.split())
+    out = jiwer.process_words(ref, hyp)
+    return out.substitutions + out.deletions + out.insertions, out.substitutions + out.deletions + out.hits

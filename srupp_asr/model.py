@@ -1,0 +1,170 @@
+"""The speech recognition network alone: raw 16 kHz audio in, CTC and attention-decoder losses out.
+
+``ASRModel`` is what inference loads. Its constructor takes plain config values only (they are written
+to the ``config.yaml`` of an exported model), and it owns its frontend, so training, evaluation and
+transcription compute the same features::
+
+    audio (B, S) -> Fbank -> GlobalCMVN -> SpecAugment (training only) -> Conv2dSubsampling
+        -> encoder (srupp | conformer | blstm) -> CTC head Linear(vocab)  ;  TransformerDecoder
+
+The loss is ``ctc_weight * CTC + (1 - ctc_weight) * label-smoothed CE``, each summed over an utterance
+and averaged over the batch (ESPnet's normalisation). As in ESPnet, ``ctc_weight=1`` builds no decoder
+and ``ctc_weight=0`` no CTC head, so every parameter receives a gradient (DDP needs that).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from srupp_asr.decoder import IGNORE_ID, LabelSmoothingLoss, TransformerDecoder, add_sos_eos
+from srupp_asr.encoders import build_encoder
+from srupp_asr.frontend import Fbank, GlobalCMVN, SpecAugment
+from srupp_asr.subsampling import Conv2dSubsampling
+from srupp_asr.tokenizer import Tokenizer
+
+BLANK_ID = Tokenizer.blank_id
+SOS_EOS_ID = Tokenizer.sos_eos_id
+
+
+class ASRModel(nn.Module):
+    """Frontend + subsampling + encoder with a CTC head and a Transformer attention decoder."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        n_mels: int = 80,
+        d_model: int = 256,
+        subsampling: int = 4,
+        encoder: str = "srupp",
+        encoder_conf: dict[str, Any] | None = None,
+        decoder_conf: dict[str, Any] | None = None,
+        ctc_weight: float = 0.3,
+        lsm_weight: float = 0.1,
+        specaugment: dict[str, Any] | None = {},  # noqa: B006 -- never mutated; {} = SpecAugment's defaults
+        dither: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= ctc_weight <= 1.0:
+            raise ValueError(f"ctc_weight must be in [0, 1], got {ctc_weight}")
+        if vocab_size <= SOS_EOS_ID:
+            raise ValueError(f"vocab_size must exceed the special ids (0-{SOS_EOS_ID}), got {vocab_size}")
+        # The constructor arguments, as given: what an exported model's config.yaml holds.
+        self.config: dict[str, Any] = {
+            "vocab_size": vocab_size,
+            "n_mels": n_mels,
+            "d_model": d_model,
+            "subsampling": subsampling,
+            "encoder": encoder,
+            "encoder_conf": dict(encoder_conf or {}),
+            "decoder_conf": dict(decoder_conf or {}),
+            "ctc_weight": ctc_weight,
+            "lsm_weight": lsm_weight,
+            "specaugment": None if specaugment is None else dict(specaugment),
+            "dither": dither,
+        }
+        self.vocab_size = vocab_size
+        self.ctc_weight = ctc_weight
+        self.fbank = Fbank(dither=dither, n_mels=n_mels)
+        self.cmvn = GlobalCMVN(num_features=n_mels)
+        self.specaugment = SpecAugment(**specaugment) if specaugment is not None else None
+        self.subsampling = Conv2dSubsampling(n_mels, d_model, subsampling)
+        # The encoder's width defaults to the subsampling's, so no projection sits between them.
+        self.encoder = build_encoder(encoder, d_model, **{"d_model": d_model, **(encoder_conf or {})})
+        enc_dim = self.encoder.output_size
+        self.ctc = nn.Linear(enc_dim, vocab_size) if ctc_weight > 0.0 else None
+        if ctc_weight < 1.0:
+            self.decoder = TransformerDecoder(vocab_size, memory_dim=enc_dim, **(decoder_conf or {}))
+            self.att_loss = LabelSmoothingLoss(vocab_size, smoothing=lsm_weight)
+        else:
+            self.decoder = None
+            self.att_loss = None
+
+    def set_cmvn(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """Load global CMVN stats (from :func:`srupp_asr.frontend.load_cmvn`) into the model's buffers."""
+        self.cmvn.set_stats(mean, std)
+
+    def num_params(self) -> int:
+        """Number of parameters (elements), shared ones counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def encode(self, audio: torch.Tensor, audio_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S) 16 kHz waveforms and (B,) sample counts -> ((B, T', D) encoder output, (B,) frame counts)."""
+        feats, lens = self.fbank(audio, audio_lens)
+        feats = self.cmvn(feats, lens)
+        if self.specaugment is not None:
+            feats = self.specaugment(feats, lens)
+        x, lens = self.subsampling(feats, lens)
+        return self.encoder(x, lens)
+
+    def ctc_log_probs(self, enc: torch.Tensor) -> torch.Tensor:
+        """(B, T', D) encoder output -> (B, T', V) float32 CTC log-probabilities."""
+        if self.ctc is None:
+            raise RuntimeError("this model has no CTC head (ctc_weight=0)")
+        return self.ctc(enc).float().log_softmax(-1)
+
+    def forward(
+        self, audio: torch.Tensor, audio_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor
+    ) -> dict[str, torch.Tensor | None]:
+        """Joint loss on a batch: dict(loss, loss_ctc, loss_att, acc); the parts a model lacks are None."""
+        enc, enc_lens = self.encode(audio, audio_lens)
+        return self.losses(enc, enc_lens, tokens, token_lens)
+
+    def losses(
+        self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor
+    ) -> dict[str, torch.Tensor | None]:
+        """:meth:`forward` from an :meth:`encode` output (so validation can decode the same encoding)."""
+        token_lens = token_lens.to(tokens.device)
+        loss_ctc = loss_att = acc = None
+        if self.ctc is not None:
+            loss_ctc = self._ctc_loss(enc, enc_lens, tokens, token_lens)
+        if self.decoder is not None:
+            loss_att, acc = self._attention_loss(enc, enc_lens, tokens, token_lens)
+        if loss_ctc is None:
+            loss = loss_att
+        elif loss_att is None:
+            loss = loss_ctc
+        else:
+            loss = self.ctc_weight * loss_ctc + (1.0 - self.ctc_weight) * loss_att
+        return {"loss": loss, "loss_ctc": loss_ctc, "loss_att": loss_att, "acc": acc}
+
+    def _ctc_loss(
+        self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor
+    ) -> torch.Tensor:
+        log_probs = self.ctc_log_probs(enc).transpose(0, 1)  # (T', B, V), as ctc_loss wants
+        targets = tokens.masked_fill(tokens == IGNORE_ID, BLANK_ID)  # padding past token_lens is never read
+        # An utterance whose transcript cannot fit its frames has an infinite loss; zero_infinity drops it
+        # from the gradient instead of turning the whole batch into NaN.
+        total = F.ctc_loss(
+            log_probs, targets, enc_lens, token_lens, blank=BLANK_ID, reduction="sum", zero_infinity=True
+        )
+        return total / tokens.size(0)
+
+    def _attention_loss(
+        self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ys_in, ys_out, ys_lens = add_sos_eos(tokens, token_lens, SOS_EOS_ID)
+        logits = self.decoder(enc, enc_lens, ys_in, ys_lens)
+        loss = self.att_loss(logits, ys_out)  # summed per utterance, divided by the batch size
+        keep = ys_out != IGNORE_ID
+        correct = (logits.argmax(-1) == ys_out) & keep
+        acc = correct.sum().float() / keep.sum().clamp(min=1)
+        return loss, acc.detach()
+
+    @torch.no_grad()
+    def ctc_greedy(self, audio: torch.Tensor, audio_lens: torch.Tensor) -> list[list[int]]:
+        """Best-path CTC decoding: per utterance, the argmax tokens with repeats collapsed and blanks dropped."""
+        return self.ctc_greedy_encoded(*self.encode(audio, audio_lens))
+
+    @torch.no_grad()
+    def ctc_greedy_encoded(self, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
+        """:meth:`ctc_greedy` from an :meth:`encode` output."""
+        best = self.ctc_log_probs(enc).argmax(-1).cpu()
+        hyps = []
+        for path, length in zip(best, enc_lens.tolist(), strict=True):
+            ids = torch.unique_consecutive(path[:length])
+            hyps.append(ids[ids != BLANK_ID].tolist())
+        return hyps

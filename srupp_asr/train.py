@@ -1,0 +1,177 @@
+"""``srupp-asr train``: LightningCLI over :class:`ASRLightningModule` and :class:`ASRDataModule`.
+
+Everything after ``train`` goes to LightningCLI: a subcommand (``fit``, ``validate``), ``--config`` YAML files
+(see ``conf/``) and overrides of any option, e.g.::
+
+    srupp-asr train fit --config conf/train_srupp.yaml --trainer.max_steps 100 --model.lr 0.002
+    srupp-asr train fit --config conf/train_srupp.yaml --ckpt_path last      # resume
+    srupp-asr train fit --help                                               # every option
+
+Added to what LightningCLI offers:
+
+- ``data.tokenizer`` is linked to ``model.tokenizer`` (give it once, under ``data``);
+- a ``checkpoint`` block configures the :class:`ModelCheckpoint` callback (top-k by ``valid/loss`` and a
+  ``last.ckpt``); its directory is always ``<trainer.default_root_dir>/checkpoints``, fixed so that
+  ``--ckpt_path last`` finds the previous run's last checkpoint whatever the logger's version;
+- without a ``trainer.logger``, logs go to ``<trainer.default_root_dir>/csv`` (CSVLogger) and, when tensorboard
+  is installed, ``<trainer.default_root_dir>/tensorboard``; the resolved config is saved beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from srupp_asr.errors import UserError
+
+if TYPE_CHECKING:
+    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.loggers import Logger
+
+SUBCOMMANDS = ("fit", "validate")
+CHECKPOINT_DEFAULTS = {
+    "checkpoint.monitor": "valid/loss",
+    "checkpoint.mode": "min",
+    "checkpoint.save_top_k": 10,
+    "checkpoint.save_last": True,
+}
+
+
+def checkpoint_dir(default_root_dir: str | os.PathLike[str] | None) -> str:
+    """Where checkpoints go: ``<default_root_dir>/checkpoints`` (the current directory's when unset)."""
+    return os.path.join(os.fspath(default_root_dir or "."), "checkpoints")
+
+
+def default_loggers(default_root_dir: str | os.PathLike[str] | None) -> list[Logger]:
+    """CSV and TensorBoard loggers under ``default_root_dir`` (the run's config.yaml goes beside the CSV log)."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    root = os.fspath(default_root_dir or ".")
+    return [CSVLogger(root, name="csv"), TensorBoardLogger(root, name="tensorboard")]
+
+
+@functools.cache
+def asr_lightning_cli() -> type[LightningCLI]:
+    """The ``ASRLightningCLI`` class, defined on first use: registering ``train`` must not import Lightning."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+    class ASRLightningCLI(LightningCLI):
+        """LightningCLI with the tokenizer link, a configurable ModelCheckpoint and default loggers."""
+
+        @staticmethod
+        def subcommands() -> dict[str, set[str]]:
+            """``fit`` and ``validate`` only: the data module has no test or predict loaders."""
+            return {k: v for k, v in LightningCLI.subcommands().items() if k in SUBCOMMANDS}
+
+        def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+            """Link data.tokenizer -> model.tokenizer; add the ``checkpoint`` block."""
+            parser.link_arguments("data.tokenizer", "model.tokenizer")
+            parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+            parser.set_defaults(CHECKPOINT_DEFAULTS)
+            parser.link_arguments("trainer.default_root_dir", "checkpoint.dirpath", compute_fn=checkpoint_dir)
+
+        def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+            """The Trainer, with :func:`default_loggers` where the config names no logger."""
+            config = self._get(self.config_init, "trainer", default={})
+            if config.get("logger") in (None, True) and "logger" not in kwargs:
+                kwargs["logger"] = default_loggers(config.get("default_root_dir"))
+            return super().instantiate_trainer(**kwargs)
+
+    return ASRLightningCLI
+
+
+def _config_paths(argv: Sequence[str]) -> list[str]:
+    """The files given to ``-c`` / ``--config`` in ``argv``."""
+    paths = []
+    for i, arg in enumerate(argv):
+        if arg in ("-c", "--config") and i + 1 < len(argv):
+            paths.append(argv[i + 1])
+        elif arg.startswith("--config="):
+            paths.append(arg.split("=", 1)[1])
+    return paths
+
+
+def check_config_file(path: str) -> None:
+    """Raise UserError unless ``path`` is a readable YAML file holding a mapping."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: config file not found") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read config file ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: config file is not UTF-8 text ({err.reason})") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"{path}: not valid YAML{line} ({problem})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a config file must hold a YAML mapping (trainer:, model:, data:, ...)")
+
+
+def run_train(argv: Sequence[str]) -> LightningCLI:
+    """Run LightningCLI on ``argv`` (the words after ``srupp-asr train``); returns the finished CLI object."""
+    from srupp_asr.data import ASRDataModule
+    from srupp_asr.lightning_module import ASRLightningModule
+
+    argv = list(argv)
+    # sys.argv stays as it is (DDP's launcher re-runs it for the other ranks), so LightningCLI sees both.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
+    configs = _config_paths(argv)
+    for path in configs:
+        check_config_file(path)
+    try:
+        return asr_lightning_cli()(
+            ASRLightningModule,
+            ASRDataModule,
+            args=argv,
+            run=True,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,  # one place for the optimiser: model.optimizer / model.lr
+            parser_kwargs={"prog": "srupp-asr train", "exit_on_error": False},
+        )
+    except argparse.ArgumentError as err:
+        raise UserError(_one_line(str(err), argv, configs)) from None
+
+
+def _one_line(message: str, argv: Sequence[str], configs: Sequence[str]) -> str:
+    """jsonargparse's (often multi-line) parse error as one line, naming the config files unless the option
+    it names was given on the command line."""
+    text = re.sub(r"\s+", " ", message).strip()
+    if len(text) > 300:
+        text = text[:297] + "..."
+    key = re.search(r"""(?:key|option) ["']([\w.]+)["']""", text)
+    on_command_line = key is not None and any(arg == f"--{key[1]}" or arg.startswith(f"--{key[1]}=") for arg in argv)
+    if configs and not on_command_line:
+        return f"{', '.join(configs)}: {text}"
+    return f"command line: {text}"
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """``srupp-asr train ...``: hand the remaining words to LightningCLI."""
+    run_train(args.lightning_args)
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``train`` sub-command (its arguments, ``--help`` included, are LightningCLI's)."""
+    p = subparsers.add_parser(
+        "train",
+        help="train or validate a model (LightningCLI: train fit --config conf/train_srupp.yaml)",
+        add_help=False,
+        prefix_chars="\0",  # no option of its own: every word, options included, goes to LightningCLI
+    )
+    p.add_argument("lightning_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=train_command)
+    return p

@@ -1,0 +1,293 @@
+"""Training: the LightningModule's steps (non-finite losses, WER aggregation) and ``srupp-asr train`` end to end."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import yaml
+from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
+
+from srupp_asr.errors import UserError
+from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
+from srupp_asr.lightning_module import ASRLightningModule, word_errors
+from srupp_asr.tokenizer import Tokenizer
+from srupp_asr.train import add_parser, run_train
+
+TINY_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "tiny_cpu.yaml"
+SPOKEN = ["hello world", "the cat sat on the mat", "good morning to you", "speech recognition is fun"]
+NETWORK = {
+    "d_model": 16,
+    "encoder_conf": {"d_model": 32, "num_layers": 1, "attn_dim": 16},
+    "decoder_conf": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32},
+    "specaugment": None,
+    "warmup_steps": 10,
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("lang") / "tokenizer.model"
+    Tokenizer.train([*SPOKEN, "one two three four five six seven"], path, vocab_size=60, model_type="char")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def speech_corpus(synthesize_speech, tokenizer_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Four espeak-ng utterances as a cut manifest, with the tokenizer and CMVN stats to train on them."""
+    folder = tmp_path_factory.mktemp("corpus")
+    cuts = []
+    for i, text in enumerate(SPOKEN):
+        rec = Recording.from_file(synthesize_speech(text, f"utt{i}.wav"), recording_id=f"utt{i}")
+        sup = SupervisionSegment(id=f"utt{i}", recording_id=rec.id, start=0.0, duration=rec.duration, text=text)
+        cuts.append(
+            MonoCut(id=f"utt{i}", start=0.0, duration=rec.duration, channel=0, recording=rec, supervisions=[sup])
+        )
+    cutset = CutSet.from_cuts(cuts)
+    cutset.to_file(folder / "cuts.jsonl.gz")
+    save_cmvn(folder / "cmvn.json", *compute_cmvn_stats(cutset))
+    return {"cuts": str(folder / "cuts.jsonl.gz"), "cmvn": str(folder / "cmvn.json"), "tokenizer": tokenizer_path}
+
+
+def synthetic_batches(tokenizer: Tokenizer, count: int) -> list[dict]:
+    """``count`` batches of two noise 'utterances' (0.5 s and 0.4 s) with real token targets."""
+    gen = torch.Generator().manual_seed(0)
+    batches = []
+    for i in range(count):
+        texts = [SPOKEN[i % 4], SPOKEN[(i + 1) % 4][:8]]
+        ids = [torch.tensor(tokenizer.encode(t)) for t in texts]
+        tokens = torch.nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=-1)
+        audio = 0.1 * torch.randn(2, 8000, generator=gen)
+        audio[1, 6400:] = 0.0
+        batches.append(
+            {
+                "audio": audio,
+                "audio_lens": torch.tensor([8000, 6400]),
+                "tokens": tokens,
+                "token_lens": torch.tensor([len(x) for x in ids]),
+                "texts": texts,
+                "cut_ids": [f"b{i}u0", f"b{i}u1"],
+            }
+        )
+    return batches
+
+
+class NaNAudioModule(ASRLightningModule):
+    """Feeds NaN audio (so a NaN loss) at the given training-step calls, on one rank or all."""
+
+    def __init__(self, *args, nan_calls: tuple[int, ...] = (), nan_rank: int | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.nan_calls, self.nan_rank, self.calls = set(nan_calls), nan_rank, 0
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        if self.calls in self.nan_calls and self.nan_rank in (None, self.global_rank):
+            batch = {**batch, "audio": batch["audio"] * float("nan")}
+        self.calls += 1
+        return super().training_step(batch, batch_idx)
+
+
+class UpdateRecorder(L.Callback):
+    """Records, per training batch, whether any parameter changed; writes them to ``out/rank<N>.json``."""
+
+    def __init__(self, out: Path | None = None) -> None:
+        self.out, self.changed, self.skipped = out, [], []
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: dict, idx: int) -> None:
+        self._before = [p.detach().clone() for p in module.parameters()]
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, out, batch: dict, idx: int) -> None:
+        self.changed.append(any(not torch.equal(a, p) for a, p in zip(self._before, module.parameters(), strict=True)))
+        self.skipped.append(module.nonfinite_skipped)
+
+    def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if self.out is not None:
+            params = [float(p.double().sum()) for p in module.parameters()]
+            record = {"changed": self.changed, "skipped": self.skipped, "step": trainer.global_step, "params": params}
+            (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+
+
+def cpu_trainer(max_steps: int, callbacks: list[L.Callback], **kwargs) -> L.Trainer:
+    options = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpointing": False}
+    options.update(enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    return L.Trainer(max_steps=max_steps, callbacks=callbacks, **{**options, **kwargs})
+
+
+def test_nonfinite_loss_skips_the_update_and_training_goes_on(tokenizer_path):
+    torch.manual_seed(0)
+    module = NaNAudioModule(tokenizer_path, nan_calls=(1, 2), max_consecutive_nonfinite=3, **NETWORK)
+    recorder = UpdateRecorder()
+    trainer = cpu_trainer(5, [recorder])
+    loader = torch.utils.data.DataLoader(synthetic_batches(module.tokenizer, 5), batch_size=None)
+    trainer.fit(module, train_dataloaders=loader)
+    assert recorder.changed == [True, False, False, True, True]
+    assert recorder.skipped == [0, 1, 2, 2, 2]
+    assert module.nonfinite_skipped == 2 and float(trainer.callback_metrics["train/nonfinite_skipped"]) == 2.0
+    assert all(torch.isfinite(p).all() for p in module.parameters())
+    assert trainer.global_step == 5  # skipped batches still count as steps (and advance the LR schedule)
+
+
+def test_a_batch_left_empty_by_the_data_is_skipped_without_counting_as_nonfinite(tokenizer_path):
+    module = ASRLightningModule(tokenizer_path, **NETWORK)
+    batches = synthetic_batches(module.tokenizer, 2)
+    empty = {"audio": torch.zeros(0, 0), "audio_lens": torch.zeros(0, dtype=torch.long), "texts": [], "cut_ids": []}
+    empty.update(tokens=torch.zeros(0, 0, dtype=torch.long), token_lens=torch.zeros(0, dtype=torch.long))
+    recorder = UpdateRecorder()
+    loader = torch.utils.data.DataLoader([batches[0], empty, batches[1]], batch_size=None)
+    cpu_trainer(3, [recorder]).fit(module, train_dataloaders=loader)
+    assert recorder.changed == [True, False, True]
+    assert module.nonfinite_skipped == 0
+
+
+def test_cmvn_file_is_loaded_into_the_model_and_checked(tokenizer_path, tmp_path):
+    save_cmvn(tmp_path / "cmvn.json", torch.full((80,), 3.0), torch.full((80,), 4.0))
+    module = ASRLightningModule(tokenizer_path, cmvn=str(tmp_path / "cmvn.json"), **NETWORK)
+    assert torch.equal(module.model.cmvn.mean, torch.full((80,), 3.0))
+    assert torch.equal(module.model.cmvn.istd, torch.full((80,), 0.25))
+    save_cmvn(tmp_path / "cmvn40.json", torch.zeros(40), torch.ones(40))
+    with pytest.raises(UserError, match=r"cmvn40\.json: CMVN stats have 40 dimensions, the model has n_mels=80"):
+        ASRLightningModule(tokenizer_path, cmvn=str(tmp_path / "cmvn40.json"), **NETWORK)
+
+
+def test_training_stops_after_too_many_nonfinite_losses_in_a_row(tokenizer_path):
+    module = NaNAudioModule(tokenizer_path, nan_calls=tuple(range(10)), max_consecutive_nonfinite=3, **NETWORK)
+    recorder = UpdateRecorder()
+    loader = torch.utils.data.DataLoader(synthetic_batches(module.tokenizer, 6), batch_size=None)
+    with pytest.raises(RuntimeError, match="not finite for 3 batches in a row"):
+        cpu_trainer(6, [recorder]).fit(module, train_dataloaders=loader)
+    assert recorder.changed == [False, False]  # the third batch raised before its step ended
+    assert module.nonfinite_skipped == 3
+
+
+def test_nonfinite_loss_on_one_rank_is_skipped_on_every_rank(tokenizer_path, tmp_path):
+    """Two CPU processes (gloo), two micro-batches per update: NaN on rank 1 alone, in the last micro-batch of
+    the first update, must skip that whole update on both ranks, which stay identical."""
+    torch.manual_seed(0)
+    module = NaNAudioModule(tokenizer_path, nan_calls=(1,), nan_rank=1, **NETWORK)
+    loader = torch.utils.data.DataLoader(synthetic_batches(module.tokenizer, 6), batch_size=None)
+    recorder = UpdateRecorder(tmp_path)
+    options = {"devices": 2, "strategy": "ddp_spawn", "use_distributed_sampler": False, "accumulate_grad_batches": 2}
+    cpu_trainer(3, [recorder], **options).fit(module, train_dataloaders=loader)
+    records = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for record in records:
+        assert record["changed"] == [False, False, False, True, False, True]
+        assert record["skipped"] == [0, 1, 1, 1, 1, 1] and record["step"] == 3
+    assert records[0]["params"] == records[1]["params"]
+
+
+def test_valid_wer_is_total_errors_over_total_words(tokenizer_path):
+    module = ASRLightningModule(tokenizer_path, **NETWORK)
+    tok = module.tokenizer
+    refs = [["One, two three FOUR!"], ["six seven"]]
+    hyps = [["one two three five"], [""]]  # 1 error in 4 words, then 2 in 2: 3 / 6, not the mean 62.5 %
+    batches = synthetic_batches(tok, 2)
+    for batch, texts in zip(batches, refs, strict=True):
+        ids = [torch.tensor(tok.encode(t)) for t in texts]
+        batch.update(
+            audio=batch["audio"][:1],
+            audio_lens=batch["audio_lens"][:1],
+            tokens=torch.nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=-1),
+            token_lens=torch.tensor([len(x) for x in ids]),
+            texts=texts,
+        )
+    pending = [[tok.encode(h) for h in batch_hyps] for batch_hyps in hyps]
+    module.model.ctc_greedy_encoded = lambda enc, enc_lens: pending.pop(0)
+    loader = torch.utils.data.DataLoader(batches, batch_size=None)
+    trainer = cpu_trainer(1, [], limit_val_batches=None)
+    (metrics,) = trainer.validate(module, dataloaders=loader, verbose=False)
+    assert metrics["valid/wer"] == pytest.approx(50.0)
+    assert {"valid/loss", "valid/loss_ctc", "valid/loss_att", "valid/acc"} <= set(metrics)
+    assert pending == []
+
+
+def test_word_errors_compare_normalised_texts():
+    assert word_errors("The cat, sat!", "the cat sat") == (0, 3)
+    assert word_errors("a b c", "a c d") == (2, 3)  # two edits either way: b->c, c->d or -b, +d
+    assert word_errors("a b", "") == (2, 2)
+    assert word_errors("", "x y") == (2, 0)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_train_fit_writes_last_checkpoint_and_resumes_from_it(speech_corpus, tmp_path):
+    root = tmp_path / "exp"
+    common = [
+        "fit",
+        "--config",
+        str(TINY_CONFIG),
+        f"--data.train_cuts={speech_corpus['cuts']}",
+        f"--data.valid_cuts={speech_corpus['cuts']}",
+        f"--data.tokenizer={speech_corpus['tokenizer']}",
+        f"--model.cmvn={speech_corpus['cmvn']}",
+        f"--trainer.default_root_dir={root}",
+        "--trainer.limit_val_batches=1",
+        "--data.max_duration=3",
+    ]
+    run_train([*common, "--trainer.max_steps=3"])
+    last = root / "checkpoints" / "last.ckpt"
+    first = torch.load(last, map_location="cpu", weights_only=False)
+    assert first["global_step"] == 3
+    assert first["hyper_parameters"]["tokenizer"] == speech_corpus["tokenizer"]  # linked from data.tokenizer
+    config = yaml.safe_load((root / "csv" / "version_0" / "config.yaml").read_text())
+    assert config["data"]["tokenizer"] == speech_corpus["tokenizer"]
+    assert "tokenizer" not in config["model"]  # a link target is derived, so the saved config leaves it out
+    rows = read_metrics(root / "csv" / "version_0")
+    # Noam warm-up: peak 0.002 (conf/tiny_cpu.yaml) times step / 50 for steps 1, 2, 3.
+    lrs = [float(r["train/lr"]) for r in rows if r["train/lr"]]
+    assert lrs == pytest.approx([0.002 * s / 50 for s in (1, 2, 3)])
+    wer = [float(r["valid/wer"]) for r in rows if r["valid/wer"]]
+    assert len(wer) == 1 and wer[0] >= 0
+
+    run_train([*common, "--trainer.max_steps=5", "--ckpt_path=last"])
+    resumed = torch.load(last, map_location="cpu", weights_only=False)
+    assert resumed["global_step"] == 5
+    # The schedule goes on from step 3: the resumed run's learning rates are those of steps 4 and 5.
+    lrs = [float(r["train/lr"]) for r in read_metrics(root / "csv" / "version_1") if r["train/lr"]]
+    assert lrs == pytest.approx([0.002 * s / 50 for s in (4, 5)])
+    assert not torch.equal(
+        first["state_dict"]["model.ctc.weight"], resumed["state_dict"]["model.ctc.weight"]
+    )  # it trained further
+
+
+def test_config_problems_are_user_errors_naming_the_file(tmp_path, tokenizer_path):
+    with pytest.raises(UserError, match=r"^nothere\.yaml: config file not found$"):
+        run_train(["fit", "--config", "nothere.yaml"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  lr: [0.1\n")
+    with pytest.raises(UserError, match=rf"^{bad}: not valid YAML at line 3"):
+        run_train(["fit", "--config", str(bad)])
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("model:\n  not_an_option: 1\n")
+    with pytest.raises(UserError, match=rf"^{unknown}: .*model\.not_an_option"):
+        run_train(["fit", "--config", str(unknown), "--data.tokenizer", tokenizer_path])
+    with pytest.raises(UserError, match=r"^command line: .*model\.optimizer"):
+        run_train(["fit", "--config", str(TINY_CONFIG), "--model.optimizer", "sgd"])
+    with pytest.raises(UserError, match=r"missing\.model: cannot read tokenizer model"):
+        run_train(["fit", "--config", str(TINY_CONFIG), "--data.tokenizer", "missing.model"])
+
+
+def test_train_subcommand_hands_every_word_to_lightning():
+    parser = argparse.ArgumentParser(prog="srupp-asr")
+    add_parser(parser.add_subparsers(dest="command"))
+    words = ["fit", "--config", "conf/tiny_cpu.yaml", "--trainer.max_steps", "3", "--help"]
+    args = parser.parse_args(["train", *words])
+    assert args.lightning_args == words and args.func.__name__ == "train_command"
+
+
+@pytest.mark.parametrize("name", ["train_srupp", "train_conformer", "train_blstm", "tiny_cpu"])
+def test_shipped_configs_parse(name, tokenizer_path, capsys):
+    config = Path(TINY_CONFIG).with_name(f"{name}.yaml")
+    with pytest.raises(SystemExit) as exit_info:
+        run_train(["fit", "--config", str(config), "--data.tokenizer", tokenizer_path, "--print_config"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["encoder"] == ("srupp" if name in ("train_srupp", "tiny_cpu") else name.split("_")[1])
+    assert printed["trainer"]["use_distributed_sampler"] is False
+    assert printed["checkpoint"]["save_last"] is True
