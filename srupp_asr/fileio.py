@@ -7,6 +7,15 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from srupp_asr.errors import UserError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -22,6 +31,7 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
         yield Path(tmp)
         with open(tmp, "rb+") as f:  # the data is on disk before the rename makes it visible
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; a normal file follows the umask
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -33,3 +43,28 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically (UTF-8)."""
     with atomic_output(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def read_yaml_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping; every problem is a one-line UserError naming ``path``."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a {what}") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read {what} ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: {what} is not UTF-8 text ({err.reason})") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"{path}: not valid YAML{line} ({problem})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a {what} must hold a YAML mapping")
+    return data

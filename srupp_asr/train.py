@@ -27,9 +27,8 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from srupp_asr.errors import UserError
+from srupp_asr.fileio import read_yaml_mapping
 
 if TYPE_CHECKING:
     from lightning.pytorch.cli import LightningCLI
@@ -102,22 +101,7 @@ def _config_paths(argv: Sequence[str]) -> list[str]:
 
 def check_config_file(path: str) -> None:
     """Raise UserError unless ``path`` is a readable YAML file holding a mapping."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise UserError(f"{path}: config file not found") from None
-    except OSError as err:
-        raise UserError(f"{path}: cannot read config file ({err.strerror or err})") from None
-    except UnicodeDecodeError as err:
-        raise UserError(f"{path}: config file is not UTF-8 text ({err.reason})") from None
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UserError(f"{path}: not valid YAML{line} ({problem})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a config file must hold a YAML mapping (trainer:, model:, data:, ...)")
+    read_yaml_mapping(path)
 
 
 def run_train(argv: Sequence[str]) -> LightningCLI:

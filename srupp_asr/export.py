@@ -1,0 +1,570 @@
+"""From a training run to a model directory: pick the best checkpoints, average their weights, export, load.
+
+A finished model is a directory that inference reads without unpickling anything::
+
+    MODEL_DIR/config.yaml         format_version, sample_rate and the ASRModel constructor arguments
+    MODEL_DIR/model.safetensors   the ASRModel state dict (CMVN stats included), keys without Lightning's prefix
+    MODEL_DIR/tokenizer.model     the sentencepiece model the weights were trained with
+
+``srupp-asr average --exp-dir EXP --num 10 --out MODEL_DIR`` averages the 10 best checkpoints of a run by the
+metric its ``ModelCheckpoint`` monitored, as ESPnet and WeNet do. A checkpoint's score is read from the callback
+state Lightning stores inside it (``best_k_models`` holds the file's own score at the moment it was written), never
+from its file name. ``last.ckpt`` is left out unless ``--include-last`` asks for the final weights as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import logging
+import math
+import os
+import pickle
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from srupp_asr.audio import SAMPLE_RATE
+from srupp_asr.errors import UserError
+from srupp_asr.fileio import atomic_output, atomic_write_text, read_yaml_mapping
+from srupp_asr.model import ASRModel
+from srupp_asr.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.yaml"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.model"
+MODEL_PREFIX = "model."  # ASRLightningModule holds the network as ``self.model``
+MODES = ("min", "max")
+DEFAULT_NUM = 10
+# ASRModel arguments that shape only the training loss or input noise: checkpoints may differ in them (a run
+# resumed with other settings) and still be averaged; the exported config takes the best checkpoint's.
+TRAINING_ONLY = frozenset({"ctc_weight", "lsm_weight", "specaugment", "dither"})
+
+
+# ------------------------------------------------------------------------------------------ reading checkpoints
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """A Lightning checkpoint loaded with ``weights_only=True`` (memory-mapped, so tensors are read on use)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: checkpoint not found")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as err:
+        raise UserError(f"{path}: torch.load(weights_only=True) refused it ({_first_line(err)})") from None
+    except Exception as err:  # zip, EOF, or storage errors: all mean "not a readable checkpoint"
+        raise UserError(f"{path}: not a readable PyTorch checkpoint ({_first_line(err)})") from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        raise UserError(f"{path}: not a Lightning checkpoint (it has no state_dict)")
+    return ckpt
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+@dataclass(frozen=True)
+class _MonitorState:
+    """What one ModelCheckpoint callback recorded in a checkpoint."""
+
+    monitor: str
+    mode: str | None  # None when the callback's state key does not say
+    scores: dict[str, float]  # file name -> score, the callback's top-k at the time the file was written
+    last_name: str | None  # file name of the callback's last checkpoint
+
+
+def _monitor_states(ckpt: Mapping[str, Any]) -> list[_MonitorState]:
+    """The states of the ModelCheckpoint callbacks (with a monitored metric) stored in ``ckpt``."""
+    states = []
+    for key, state in (ckpt.get("callbacks") or {}).items():
+        if not isinstance(state, dict) or not state.get("monitor") or not isinstance(state.get("best_k_models"), dict):
+            continue
+        scores = {Path(p).name: float(v) for p, v in state["best_k_models"].items()}
+        last = state.get("last_model_path")
+        states.append(_MonitorState(state["monitor"], _mode_of(key), scores, Path(last).name if last else None))
+    return states
+
+
+def _mode_of(state_key: str) -> str | None:
+    """The ``mode`` in a ModelCheckpoint state key, ``"ModelCheckpoint{'monitor': ..., 'mode': 'min', ...}"``."""
+    if not isinstance(state_key, str) or "{" not in state_key:
+        return None
+    try:
+        settings = ast.literal_eval(state_key[state_key.index("{") :])
+    except (ValueError, SyntaxError):
+        return None
+    mode = settings.get("mode") if isinstance(settings, dict) else None
+    return mode if mode in MODES else None
+
+
+@dataclass(frozen=True)
+class ScoredCheckpoint:
+    """A checkpoint file with the training step it holds and its score by the selection metric (None: unknown)."""
+
+    path: Path
+    step: int
+    score: float | None
+    is_last: bool
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The checkpoints chosen for averaging, best first, and the metric and mode that ranked them."""
+
+    checkpoints: list[ScoredCheckpoint]
+    metric: str | None
+    mode: str | None
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """A checkpoint file with what its ModelCheckpoint callbacks recorded."""
+
+    path: Path
+    step: int
+    states: list[_MonitorState]
+
+    def scored(self, metric: str | None) -> ScoredCheckpoint:
+        """Its score by ``metric``: a top-k checkpoint's callback state lists its own file with its score."""
+        name = self.path.resolve().name  # a `save_last="link"` last.ckpt is its target: score that file
+        score = next((s.scores[name] for s in self.states if s.monitor == metric and name in s.scores), None)
+        is_last = any(s.last_name == name and name not in s.scores for s in self.states)
+        return ScoredCheckpoint(self.path, self.step, score, is_last)
+
+
+def _read_record(path: Path) -> _Recorded:
+    ckpt = load_checkpoint(path)
+    return _Recorded(path, int(ckpt.get("global_step", -1)), _monitor_states(ckpt))
+
+
+def _resolve_metric(metric: str | None, mode: str | None, states: list[_MonitorState], where: Path) -> tuple[str, str]:
+    """The metric to rank by (the run's monitored one when not given) and its mode (the callback's when not given)."""
+    monitors = sorted({s.monitor for s in states})
+    if metric is None:
+        if not monitors:
+            raise UserError(f"{where}: the checkpoints record no monitored metric (ModelCheckpoint monitor)")
+        if len(monitors) > 1:
+            raise UserError(f"{where}: the checkpoints monitor several metrics ({', '.join(monitors)}); pick one")
+        metric = monitors[0]
+    elif metric not in monitors:
+        found = ", ".join(monitors) or "none"
+        raise UserError(f"{where}: no checkpoint scored by {metric} (monitored metrics: {found})")
+    recorded = next((s.mode for s in states if s.monitor == metric and s.mode), None)
+    if mode is None:
+        mode = recorded or "min"
+    elif recorded is not None and mode != recorded:
+        log.warning("%s: ranking by %s with mode %s; training kept checkpoints by %s", where, metric, mode, recorded)
+    if mode not in MODES:
+        raise UserError(f"{where}: unknown mode {mode!r} (choose from {', '.join(MODES)})")
+    return metric, mode
+
+
+def _ranked(checkpoints: list[ScoredCheckpoint], mode: str) -> list[ScoredCheckpoint]:
+    """Best first (NaN scores last); among equal scores the later step first."""
+    sign = 1.0 if mode == "min" else -1.0
+
+    def key(c: ScoredCheckpoint) -> tuple[bool, float, int]:
+        score = float("nan") if c.score is None else c.score
+        return math.isnan(score), 0.0 if math.isnan(score) else sign * score, -c.step
+
+    return sorted(checkpoints, key=key)
+
+
+def select(
+    ckpts: str | os.PathLike | Sequence[str | os.PathLike],
+    num: int | None = None,
+    metric: str | None = None,
+    mode: str | None = None,
+    include_last: bool = False,
+) -> Selection:
+    """:func:`select_checkpoints` with the scores, metric and mode it used (``num=None``: 10 of a directory,
+    all of a list)."""
+    if num is not None and num < 1:
+        raise UserError(f"--num must be at least 1, got {num}")
+    if isinstance(ckpts, str | os.PathLike):
+        return _select_from_dir(Path(ckpts), DEFAULT_NUM if num is None else num, metric, mode, include_last)
+    if include_last:
+        raise UserError("include_last applies to a checkpoint directory; list last.ckpt itself instead")
+    return _select_from_list([Path(p) for p in ckpts], num, metric, mode)
+
+
+def _select_from_dir(folder: Path, num: int, metric: str | None, mode: str | None, include_last: bool) -> Selection:
+    if not folder.is_dir():
+        raise UserError(f"{folder}: checkpoint directory not found")
+    records, seen = [], set()
+    for path in sorted(p for p in folder.glob("*.ckpt") if p.is_file()):
+        if path.resolve() not in seen:  # a last.ckpt that links to a top-k file is that file
+            seen.add(path.resolve())
+            records.append(_read_record(path))
+    if not records:
+        raise UserError(f"{folder}: no checkpoints (*.ckpt) found")
+    metric, mode = _resolve_metric(metric, mode, [s for r in records for s in r.states], folder)
+    described = [r.scored(metric) for r in records]
+    chosen = _ranked([c for c in described if c.score is not None], mode)[:num]
+    if not chosen:
+        raise UserError(f"{folder}: no checkpoint records a {metric} score of its own")
+    if len(chosen) < num:
+        log.warning("%s: asked for the %d best checkpoints, only %d have a %s score", folder, num, len(chosen), metric)
+    if include_last:
+        lasts = sorted((c for c in described if c.is_last), key=lambda c: c.step)
+        if not lasts:
+            log.warning("%s: no last checkpoint to include", folder)
+        elif lasts[-1].step in {c.step for c in chosen}:
+            log.warning("%s: %s holds the step of a chosen checkpoint; not added twice", folder, lasts[-1].path.name)
+        else:
+            chosen.append(lasts[-1])
+    return Selection(chosen, metric, mode)
+
+
+def _select_from_list(paths: list[Path], num: int | None, metric: str | None, mode: str | None) -> Selection:
+    if not paths:
+        raise UserError("no checkpoints given")
+    records = [_read_record(p) for p in paths]
+    rank = num is not None and num < len(paths)
+    try:
+        metric, mode = _resolve_metric(metric, mode, [s for r in records for s in r.states], paths[0])
+    except UserError:
+        if rank or metric is not None:
+            raise
+        metric = mode = None  # averaging them all: scores are only shown, so none is fine
+    described = [r.scored(metric) for r in records]
+    if not rank:
+        if num is not None and num > len(paths):
+            log.warning("asked for the %d best checkpoints, %d were given: averaging them all", num, len(paths))
+        return Selection(described, metric, mode)
+    for c in described:
+        if c.score is None:
+            raise UserError(f"{c.path}: records no {metric} score of its own, so it cannot be ranked")
+    return Selection(_ranked(described, mode)[:num], metric, mode)
+
+
+def select_checkpoints(
+    ckpt_dir: str | os.PathLike | Sequence[str | os.PathLike],
+    num: int = DEFAULT_NUM,
+    metric: str | None = None,
+    mode: str | None = None,
+    include_last: bool = False,
+) -> list[Path]:
+    """The ``num`` best checkpoints (best first) of a checkpoint directory, or of a list of checkpoint files, by
+    ``metric`` (default: the one the run monitored) and ``mode`` (default: the run's); last.ckpt only if asked."""
+    return [c.path for c in select(ckpt_dir, num, metric, mode, include_last).checkpoints]
+
+
+# ------------------------------------------------------------------------------------------ averaging
+
+
+def _model_arg_names() -> list[str]:
+    """ASRModel's constructor arguments that a training run sets (vocab_size comes from the tokenizer)."""
+    return [name for name in inspect.signature(ASRModel).parameters if name != "vocab_size"]
+
+
+def _model_hparams(ckpt: Mapping[str, Any]) -> dict[str, Any]:
+    hparams = ckpt.get("hyper_parameters") or {}
+    return {name: hparams[name] for name in _model_arg_names() if name in hparams}
+
+
+def _is_cmvn(key: str) -> bool:
+    return key.endswith(("cmvn.mean", "cmvn.istd"))
+
+
+def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.Tensor]:
+    """The mean of the checkpoints' weights (float64 sums, cast back); integer buffers from the latest checkpoint;
+    CMVN stats, which must be identical, as they are. Keys as in the checkpoints (Lightning's ``model.`` prefix)."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("no checkpoints to average")
+    sums: dict[str, torch.Tensor] = {}
+    kept: dict[str, torch.Tensor] = {}  # CMVN and integer buffers: not averaged
+    first: dict[str, torch.Tensor] = {}
+    first_hparams: dict[str, Any] = {}
+    latest_step = None
+    for index, path in enumerate(paths):
+        ckpt = load_checkpoint(path)
+        weights, hparams, step = ckpt["state_dict"], _model_hparams(ckpt), int(ckpt.get("global_step", -1))
+        if index == 0:
+            first, first_hparams = weights, hparams
+        else:
+            _check_same_model(path, paths[0], weights, first, hparams, first_hparams)
+        newest = latest_step is None or step >= latest_step
+        latest_step = step if newest else latest_step
+        for key, value in weights.items():
+            if _is_cmvn(key):
+                kept.setdefault(key, value.clone())
+            elif value.is_floating_point():
+                total = value.to(torch.float64, copy=True)
+                sums[key] = total if index == 0 else sums[key].add_(total)
+            elif newest:
+                kept[key] = value.clone()
+    count = len(paths)
+    return {key: kept[key] if key in kept else (sums[key] / count).to(value.dtype) for key, value in first.items()}
+
+
+def _check_same_model(
+    path: Path,
+    first_path: Path,
+    weights: Mapping[str, torch.Tensor],
+    first: Mapping[str, torch.Tensor],
+    hparams: Mapping[str, Any],
+    first_hparams: Mapping[str, Any],
+) -> None:
+    """Raise UserError unless ``path`` holds the same network (settings, weight names and shapes, CMVN stats)."""
+    for name in sorted((set(hparams) | set(first_hparams)) - TRAINING_ONLY):
+        if hparams.get(name) != first_hparams.get(name):
+            detail = f"{name} is {hparams.get(name)!r}, {first_path.name} has {first_hparams.get(name)!r}"
+            raise UserError(f"{path}: not the same model as {first_path.name} ({detail})")
+    if set(weights) != set(first):
+        diff = sorted(set(weights) ^ set(first))
+        raise UserError(f"{path}: its weights differ in names from {first_path.name}'s ({', '.join(diff[:3])})")
+    for key, value in weights.items():
+        ref = first[key]
+        if value.shape != ref.shape or value.dtype != ref.dtype:
+            detail = f"{key} is {value.dtype} {tuple(value.shape)}, there {ref.dtype} {tuple(ref.shape)}"
+            raise UserError(f"{path}: not the same model as {first_path.name} ({detail})")
+        if _is_cmvn(key) and not torch.equal(value, ref):
+            raise UserError(f"{path}: its CMVN stats ({key}) differ from {first_path.name}'s (a different run?)")
+
+
+def model_config_from_checkpoint(
+    path: str | os.PathLike, tokenizer: str | os.PathLike | None = None
+) -> tuple[dict[str, Any], Path]:
+    """ASRModel's constructor arguments of a training checkpoint and its tokenizer path (``tokenizer`` overrides the
+    one the run used); vocab_size is the tokenizer's."""
+    path = Path(path)
+    ckpt = load_checkpoint(path)
+    hparams = ckpt.get("hyper_parameters")
+    if not isinstance(hparams, dict):
+        raise UserError(f"{path}: has no hyper_parameters (not a srupp-asr training checkpoint)")
+    if tokenizer is None:
+        if not hparams.get("tokenizer"):
+            raise UserError(f"{path}: names no tokenizer; give one with --tokenizer")
+        tokenizer = hparams["tokenizer"]
+        if not Path(tokenizer).is_file():
+            raise UserError(f"{tokenizer}: the run's tokenizer (named in {path.name}) not found; give --tokenizer")
+    tokenizer = Path(tokenizer)
+    return {"vocab_size": Tokenizer(tokenizer).vocab_size, **_model_hparams(ckpt)}, tokenizer
+
+
+# ------------------------------------------------------------------------------------------ model directories
+
+
+def _strip_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """ASRModel's keys: Lightning's ``model.`` prefix removed where every key has it."""
+    if state_dict and all(k.startswith(MODEL_PREFIX) for k in state_dict):
+        return {k[len(MODEL_PREFIX) :]: v for k, v in state_dict.items()}
+    return dict(state_dict)
+
+
+def _weights_problem(model: ASRModel, weights: Mapping[str, torch.Tensor]) -> str | None:
+    """What keeps ``weights`` from loading into ``model`` exactly (missing, unexpected or misshapen), or None."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in weights]
+    unexpected = [k for k in weights if k not in expected]
+    if missing or unexpected:
+        parts = [
+            f"{label} weights {_few(keys)}"
+            for label, keys in (("missing", missing), ("unexpected", unexpected))
+            if keys
+        ]
+        return "; ".join(parts)
+    for key, value in expected.items():
+        if weights[key].shape != value.shape:
+            return f"{key} has shape {tuple(weights[key].shape)}, the model expects {tuple(value.shape)}"
+    return None
+
+
+def _few(keys: Sequence[str]) -> str:
+    shown = ", ".join(keys[:3])
+    return shown if len(keys) <= 3 else f"{shown} (+{len(keys) - 3} more)"
+
+
+def check_replaceable(out_dir: str | os.PathLike) -> None:
+    """Raise UserError unless ``out_dir`` is free, an empty directory or a model directory (which export replaces)."""
+    out_dir = Path(out_dir)
+    if not out_dir.exists():
+        return
+    is_model = (out_dir / CONFIG_FILE).is_file() and (out_dir / WEIGHTS_FILE).is_file()
+    if not out_dir.is_dir() or not (is_model or not any(out_dir.iterdir())):
+        raise UserError(f"{out_dir}: exists and is not a srupp-asr model directory; refusing to replace it")
+
+
+def _new_sibling_dir(path: Path, tag: str) -> Path:
+    """A new empty directory beside ``path``, hidden, with the umask's permissions (mkdtemp's are 0700)."""
+    new = path.with_name(f".{path.name}.{uuid.uuid4().hex}.{tag}")
+    new.mkdir()
+    return new
+
+
+def export_model(
+    state_dict: Mapping[str, torch.Tensor],
+    model_config: Mapping[str, Any],
+    tokenizer_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    source: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a model directory (config.yaml, model.safetensors, tokenizer.model) atomically; ``source`` (optional)
+    records where the weights came from. An existing model directory at ``out_dir`` is replaced."""
+    from safetensors.torch import save_file
+
+    out_dir, tokenizer_path = Path(out_dir), Path(tokenizer_path)
+    tokenizer = Tokenizer(tokenizer_path)
+    if tokenizer.vocab_size != model_config.get("vocab_size"):
+        vocab = model_config.get("vocab_size")
+        raise UserError(
+            f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, model_config vocab_size {vocab}"
+        )
+    model = ASRModel(**model_config)
+    weights = {k: v.detach().to("cpu").contiguous().clone() for k, v in _strip_prefix(state_dict).items()}
+    problem = _weights_problem(model, weights)
+    if problem:
+        raise UserError(f"{tokenizer_path}: the weights do not fit the model with this tokenizer ({problem})")
+    check_replaceable(out_dir)
+    config: dict[str, Any] = {"format_version": FORMAT_VERSION, "sample_rate": SAMPLE_RATE, "model": model.config}
+    if source:
+        config["source"] = dict(source)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _new_sibling_dir(out_dir, "tmp")
+    try:
+        atomic_write_text(tmp / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+        with atomic_output(tmp / WEIGHTS_FILE) as path:
+            save_file(weights, path, metadata={"format_version": str(FORMAT_VERSION)})
+        with atomic_output(tmp / TOKENIZER_FILE) as path:
+            shutil.copyfile(tokenizer_path, path)
+        _swap_in(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _swap_in(new: Path, target: Path) -> None:
+    """Rename directory ``new`` to ``target``; an existing ``target`` is moved aside first and removed after."""
+    if not target.exists():
+        os.rename(new, target)
+        return
+    old = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
+    os.rename(target, old)
+    try:
+        os.rename(new, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_model_config(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """The checked contents of ``model_dir/config.yaml`` (format_version 1)."""
+    path = Path(model_dir) / CONFIG_FILE
+    if not path.exists():
+        raise UserError(f"{path}: not found (not a srupp-asr model directory)")
+    data = read_yaml_mapping(path, "model config")
+    if "format_version" not in data:
+        raise UserError(f"{path}: no format_version (not a srupp-asr model config)")
+    if data["format_version"] != FORMAT_VERSION:
+        version = data["format_version"]
+        raise UserError(f"{path}: unknown format_version {version!r} (this srupp-asr reads {FORMAT_VERSION})")
+    if data.get("sample_rate", SAMPLE_RATE) != SAMPLE_RATE:
+        raise UserError(f"{path}: sample_rate {data['sample_rate']!r} is not supported (the model takes {SAMPLE_RATE})")
+    if not isinstance(data.get("model"), dict):
+        raise UserError(f"{path}: has no model settings (a 'model:' mapping)")
+    return data
+
+
+def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[ASRModel, Tokenizer]:
+    """The model (in eval mode, on ``device``) and tokenizer of a model directory; reads no pickle."""
+    from safetensors.torch import load_file
+
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise UserError(f"{model_dir}: model directory not found")
+    config_path, weights_path, tokenizer_path = (model_dir / n for n in (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE))
+    config = read_model_config(model_dir)
+    try:
+        model = ASRModel(**config["model"])
+    except (TypeError, ValueError) as err:
+        raise UserError(f"{config_path}: bad model settings ({_first_line(err)})") from None
+    if not tokenizer_path.is_file():
+        raise UserError(f"{tokenizer_path}: not found (a model directory holds its tokenizer)")
+    tokenizer = Tokenizer(tokenizer_path)
+    if tokenizer.vocab_size != model.vocab_size:
+        detail = f"tokenizer has {tokenizer.vocab_size} pieces, {CONFIG_FILE} says vocab_size {model.vocab_size}"
+        raise UserError(f"{tokenizer_path}: {detail}")
+    if not weights_path.is_file():
+        raise UserError(f"{weights_path}: not found (a model directory holds its weights)")
+    try:
+        weights = load_file(weights_path)
+    except Exception as err:  # safetensors reports a bad header, truncation or a bad dtype with its own error types
+        raise UserError(f"{weights_path}: not a readable safetensors file ({_first_line(err)})") from None
+    problem = _weights_problem(model, weights)
+    if problem:
+        raise UserError(f"{weights_path}: {problem}")
+    model.load_state_dict(weights, strict=True)
+    return model.to(device).eval(), tokenizer
+
+
+# ------------------------------------------------------------------------------------------ command line
+
+
+def _checkpoint_folder(exp_dir: Path) -> Path:
+    """``EXP/checkpoints`` (where ``srupp-asr train`` writes them), or ``EXP`` itself when it holds the checkpoints."""
+    from srupp_asr.train import checkpoint_dir
+
+    if not exp_dir.is_dir():
+        raise UserError(f"{exp_dir}: experiment directory not found")
+    folder = Path(checkpoint_dir(exp_dir))
+    if folder.is_dir():
+        return folder
+    if any(exp_dir.glob("*.ckpt")):
+        return exp_dir
+    raise UserError(f"{exp_dir}: no checkpoints (no {folder.name}/ folder, no *.ckpt files)")
+
+
+def average_command(args: argparse.Namespace) -> int:
+    """``srupp-asr average``: average the best checkpoints of a run and export them as a model directory."""
+    check_replaceable(args.out)  # before the work, not after it
+    ckpts = args.ckpts if args.ckpts else _checkpoint_folder(Path(args.exp_dir))
+    selection = select(ckpts, args.num, args.metric, args.mode, args.include_last)
+    paths = [c.path for c in selection.checkpoints]
+    weights = average_checkpoints(paths)
+    config, tokenizer = model_config_from_checkpoint(paths[0], args.tokenizer)
+    source = {"checkpoints": [c.path.name for c in selection.checkpoints]}
+    if selection.metric:
+        source.update(metric=selection.metric, mode=selection.mode)
+        source["scores"] = [c.score for c in selection.checkpoints]
+    out = export_model(weights, config, tokenizer, args.out, source=source)
+    ranked = f" (best by {selection.metric}, {selection.mode})" if selection.metric else ""
+    print(f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''}{ranked}:")
+    for c in selection.checkpoints:
+        score = f"{selection.metric}={c.score:.4f}" if c.score is not None else "(last)" if c.is_last else ""
+        print(f"  {c.path}  step {c.step}  {score}".rstrip())
+    print(f"wrote {out} ({CONFIG_FILE}, {WEIGHTS_FILE}, {TOKENIZER_FILE})")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``average`` sub-command."""
+    p = subparsers.add_parser("average", help="average the best checkpoints of a run and export a model directory")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--exp-dir", metavar="EXP", help="the run's trainer.default_root_dir (checkpoints in EXP/checkpoints)"
+    )
+    where.add_argument("--ckpts", nargs="+", metavar="CKPT", help="checkpoint files to average (all, unless --num)")
+    p.add_argument("--num", type=int, help=f"how many of the best checkpoints to average (default {DEFAULT_NUM})")
+    p.add_argument("--metric", help="the validation metric to rank by (default: the one the run monitored)")
+    p.add_argument("--mode", choices=MODES, help="min or max is best (default: the run's checkpoint mode)")
+    p.add_argument("--include-last", action="store_true", help="average last.ckpt (the final weights) as well")
+    p.add_argument("--tokenizer", metavar="MODEL", help="tokenizer to ship (default: the one the run used)")
+    p.add_argument("--out", required=True, metavar="MODEL_DIR", help="model directory to write (replaced if it exists)")
+    p.set_defaults(func=average_command)
+    return p

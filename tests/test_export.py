@@ -1,0 +1,442 @@
+"""Checkpoint selection and averaging, model directories (export, pickle-free loading) and ``srupp-asr average``."""
+
+from __future__ import annotations
+
+import csv
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from lightning.pytorch.callbacks import ModelCheckpoint
+from safetensors.torch import load_file, save_file
+
+from srupp_asr.cli import main
+from srupp_asr.errors import UserError
+from srupp_asr.export import (
+    average_checkpoints,
+    export_model,
+    load_model,
+    model_config_from_checkpoint,
+    select,
+    select_checkpoints,
+)
+from srupp_asr.frontend import load_cmvn
+from srupp_asr.model import ASRModel
+from srupp_asr.tokenizer import Tokenizer
+from srupp_asr.train import run_train
+from tests.test_train import SPOKEN, TINY_CONFIG
+
+EPOCHS = 4
+TOP_K = 3
+TINY = {
+    "d_model": 16,
+    "encoder_conf": {"d_model": 32, "num_layers": 1, "attn_dim": 16},
+    "decoder_conf": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32},
+    "specaugment": None,
+}
+TINY_CONFORMER = {
+    **TINY,
+    "encoder": "conformer",
+    "encoder_conf": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "depthwise_conv_kernel_size": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
+    path = tmp_path_factory.mktemp("lang") / "tokenizer.model"
+    return Tokenizer.train([*SPOKEN, "one two three four five six seven"], path, vocab_size=60, model_type="char")
+
+
+@pytest.fixture(scope="module")
+def run(synthesize_speech, tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real ``train fit`` of the tiny config: four epochs over four espeak-ng utterances, validating after each
+    and keeping the 3 best checkpoints by valid/loss plus last.ckpt. Returns its default_root_dir."""
+    from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
+
+    from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
+
+    folder = tmp_path_factory.mktemp("run")
+    cuts = []
+    for i, text in enumerate(SPOKEN):
+        rec = Recording.from_file(synthesize_speech(text, f"utt{i}.wav"), recording_id=f"utt{i}")
+        sup = SupervisionSegment(id=f"utt{i}", recording_id=rec.id, start=0.0, duration=rec.duration, text=text)
+        cuts.append(MonoCut(f"utt{i}", 0.0, rec.duration, 0, recording=rec, supervisions=[sup]))
+    CutSet.from_cuts(cuts).to_file(folder / "cuts.jsonl.gz")
+    save_cmvn(folder / "cmvn.json", *compute_cmvn_stats(CutSet.from_cuts(cuts)))
+    root = folder / "exp"
+    threads = torch.get_num_threads()
+    # One thread: on a small shared machine, OpenMP threads fighting other processes make this run 10x slower.
+    torch.set_num_threads(1)
+    try:
+        run_train(
+            [
+                "fit",
+                "--config",
+                str(TINY_CONFIG),
+                f"--data.train_cuts={folder / 'cuts.jsonl.gz'}",
+                f"--data.valid_cuts={folder / 'cuts.jsonl.gz'}",
+                f"--data.tokenizer={tokenizer.path}",
+                f"--model.cmvn={folder / 'cmvn.json'}",
+                f"--trainer.default_root_dir={root}",
+                f"--trainer.max_epochs={EPOCHS}",
+                f"--checkpoint.save_top_k={TOP_K}",
+                "--data.max_duration=3",
+                "--data.shuffle=false",
+                "--trainer.limit_val_batches=1",
+            ]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    return root
+
+
+def logged_valid_losses(root: Path) -> dict[int, float]:
+    """valid/loss per epoch, as the CSV logger wrote it (independent of the checkpoints)."""
+    with open(root / "csv" / "version_0" / "metrics.csv") as f:
+        return {int(r["epoch"]): float(r["valid/loss"]) for r in csv.DictReader(f) if r["valid/loss"]}
+
+
+def raw(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def test_selection_picks_the_n_best_checkpoints_by_the_logged_validation_loss(run, caplog):
+    losses = logged_valid_losses(run)
+    assert sorted(losses) == list(range(EPOCHS))
+    by_loss = sorted(losses, key=losses.get)
+    folder = run / "checkpoints"
+
+    best2 = select(folder, 2)
+    assert (best2.metric, best2.mode) == ("valid/loss", "min")  # read from the run's ModelCheckpoint state
+    assert [raw(c.path)["epoch"] for c in best2.checkpoints] == by_loss[:2]
+    assert [c.score for c in best2.checkpoints] == pytest.approx([losses[e] for e in by_loss[:2]], rel=1e-6)
+    assert select_checkpoints(folder, 2) == [c.path for c in best2.checkpoints]
+
+    with caplog.at_level("WARNING"):
+        every = select_checkpoints(folder, 10)
+    assert [raw(p)["epoch"] for p in every] == by_loss[:TOP_K]  # only the top-k files are left on disk
+    assert "asked for the 10 best checkpoints, only 3 have a valid/loss score" in caplog.text
+    assert all(p.name != "last.ckpt" for p in every)
+
+    with_last = select_checkpoints(folder, 2, include_last=True)
+    last_epoch = raw(folder / "last.ckpt")["epoch"]
+    assert last_epoch == EPOCHS - 1
+    extra = [] if last_epoch in by_loss[:2] else [folder / "last.ckpt"]
+    assert with_last == [c.path for c in best2.checkpoints] + extra
+
+    with pytest.raises(
+        UserError, match=r"checkpoints: no checkpoint scored by valid/wer \(monitored metrics: valid/loss\)"
+    ):
+        select_checkpoints(folder, 2, metric="valid/wer")
+
+
+def test_real_checkpoints_load_with_weights_only(run):
+    for path in (run / "checkpoints").glob("*.ckpt"):
+        ckpt = raw(path)
+        assert ckpt["global_step"] > 0 and "model.ctc.weight" in ckpt["state_dict"]
+
+
+def test_average_is_the_mean_of_the_selected_weights(run):
+    paths = select_checkpoints(run / "checkpoints", 3)
+    assert len(paths) == 3
+    weights = [raw(p)["state_dict"] for p in paths]
+    avg = average_checkpoints(paths)
+    assert list(avg) == list(weights[0])
+    for key, value in avg.items():
+        assert value.dtype == weights[0][key].dtype
+        expected = torch.stack([w[key].double() for w in weights]).mean(0)
+        torch.testing.assert_close(value.double(), expected, rtol=1e-6, atol=1e-9)
+    for w in weights:  # a real average, not one of the checkpoints
+        assert not torch.equal(avg["model.ctc.weight"], w["model.ctc.weight"])
+    cmvn_path = raw(paths[0])["hyper_parameters"]["cmvn"]
+    mean, _ = load_cmvn(cmvn_path)
+    assert torch.equal(avg["model.cmvn.mean"], mean) and torch.equal(
+        avg["model.cmvn.mean"], weights[0]["model.cmvn.mean"]
+    )
+
+
+def write_checkpoint(
+    path: Path,
+    model: ASRModel,
+    step: int,
+    scores: dict[str, float] | None = None,
+    monitor: str = "valid/loss",
+    mode: str = "min",
+    last: bool = False,
+) -> Path:
+    """A Lightning-format checkpoint as ModelCheckpoint writes it: top-k files list themselves in best_k_models."""
+    folder = path.parent
+    state = {
+        "monitor": monitor,
+        "best_model_score": None,
+        "best_model_path": "",
+        "current_score": None,
+        "dirpath": str(folder),
+        "best_k_models": {str(folder / name): torch.tensor(v) for name, v in (scores or {}).items()},
+        "kth_best_model_path": "",
+        "kth_value": torch.tensor(float("inf")),
+        "last_model_path": str(folder / "last.ckpt") if last else "",
+    }
+    hparams = {"tokenizer": "tok.model", "cmvn": None, **{k: v for k, v in model.config.items() if k != "vocab_size"}}
+    ckpt = {
+        "epoch": step,
+        "global_step": step,
+        "state_dict": {f"model.{k}": v.clone() for k, v in model.state_dict().items()},
+        "callbacks": {ModelCheckpoint(monitor=monitor, mode=mode).state_key: state},
+        "hyper_parameters": hparams,
+    }
+    torch.save(ckpt, path)
+    return path
+
+
+def seeded_model(seed: int, vocab_size: int, **overrides) -> ASRModel:
+    torch.manual_seed(seed)
+    model = ASRModel(vocab_size, **{**TINY, **overrides})
+    model.set_cmvn(torch.linspace(-1.0, 1.0, 80), torch.full((80,), 2.0))
+    return model
+
+
+def test_selection_follows_the_recorded_mode_and_scores(tmp_path, tokenizer, caplog):
+    model = seeded_model(0, tokenizer.vocab_size)
+    accs = {"a.ckpt": 0.5, "b.ckpt": 0.9, "c.ckpt": 0.7}
+    best_k: dict[str, float] = {}
+    for step, (name, acc) in enumerate(accs.items(), start=1):
+        best_k[name] = acc
+        write_checkpoint(tmp_path / name, model, step, dict(best_k), monitor="valid/acc", mode="max")
+    write_checkpoint(tmp_path / "last.ckpt", model, 3, dict(best_k), monitor="valid/acc", mode="max", last=True)
+    # A periodic checkpoint that names itself nowhere: it has no score, whatever its name says.
+    write_checkpoint(tmp_path / "epoch=9-valid_acc=0.99.ckpt", model, 4, dict(best_k), monitor="valid/acc", mode="max")
+
+    best = select(tmp_path, 2)
+    assert (best.metric, best.mode) == ("valid/acc", "max")
+    assert [c.path.name for c in best.checkpoints] == ["b.ckpt", "c.ckpt"]
+    assert [c.score for c in best.checkpoints] == pytest.approx([0.9, 0.7])
+    with caplog.at_level("WARNING"):
+        assert [p.name for p in select_checkpoints(tmp_path, 1, mode="min")] == ["a.ckpt"]
+    assert "training kept checkpoints by max" in caplog.text
+    assert [p.name for p in select_checkpoints(tmp_path, 1, include_last=True)] == ["b.ckpt", "last.ckpt"]
+
+    listed = [tmp_path / "c.ckpt", tmp_path / "a.ckpt"]
+    assert select_checkpoints(listed, num=5) == listed  # a list is averaged whole, in its order
+    assert select_checkpoints(listed, num=1) == [tmp_path / "c.ckpt"]
+    with pytest.raises(UserError, match=r"epoch=9-valid_acc=0\.99\.ckpt: records no valid/acc score of its own"):
+        select_checkpoints([tmp_path / "a.ckpt", tmp_path / "epoch=9-valid_acc=0.99.ckpt"], num=1)
+    with pytest.raises(UserError, match=r"nothere\.ckpt: checkpoint not found"):
+        select_checkpoints([tmp_path / "nothere.ckpt"])
+
+
+def test_several_monitored_metrics_need_a_choice(tmp_path, tokenizer):
+    model = seeded_model(0, tokenizer.vocab_size)
+    write_checkpoint(tmp_path / "a.ckpt", model, 1, {"a.ckpt": 1.0}, monitor="valid/loss")
+    write_checkpoint(tmp_path / "b.ckpt", model, 2, {"b.ckpt": 20.0}, monitor="valid/wer")
+    with pytest.raises(UserError, match=r"monitor several metrics \(valid/loss, valid/wer\); pick one"):
+        select_checkpoints(tmp_path, 2)
+    assert [p.name for p in select_checkpoints(tmp_path, 2, metric="valid/wer")] == ["b.ckpt"]
+
+
+def test_integer_buffers_come_from_the_latest_checkpoint_and_cmvn_must_agree(tmp_path, tokenizer):
+    models = [seeded_model(seed, tokenizer.vocab_size, **TINY_CONFORMER) for seed in range(3)]
+    counters = [k for k, v in models[0].state_dict().items() if not v.is_floating_point()]
+    assert counters and all(k.endswith("num_batches_tracked") for k in counters)
+    for model, count in zip(models, (7, 30, 12), strict=True):
+        for name, buffer in model.named_buffers():
+            if name.endswith("num_batches_tracked"):
+                buffer.fill_(count)
+    # The latest step (30) is not last in the list.
+    paths = [
+        write_checkpoint(tmp_path / f"{s}.ckpt", m, s, {f"{s}.ckpt": 1.0})
+        for m, s in zip(models, (7, 30, 12), strict=True)
+    ]
+    avg = average_checkpoints(paths)
+    assert all(avg[f"model.{k}"].item() == 30 and avg[f"model.{k}"].dtype == torch.int64 for k in counters)
+    states = [m.state_dict() for m in models]
+    running = next(k for k in states[0] if k.endswith("running_mean"))
+    torch.testing.assert_close(avg[f"model.{running}"], sum(s[running] for s in states) / 3)
+    assert torch.equal(avg["model.cmvn.istd"], torch.full((80,), 0.5))
+
+    models[2].set_cmvn(torch.zeros(80), torch.ones(80))
+    write_checkpoint(tmp_path / "12.ckpt", models[2], 12, {"12.ckpt": 1.0})
+    with pytest.raises(UserError, match=r"12\.ckpt: its CMVN stats \(model\.cmvn\.mean\) differ from 7\.ckpt's"):
+        average_checkpoints(paths)
+    # Same weight shapes, another network: attention split into 4 heads instead of 2.
+    other_conf = {**TINY_CONFORMER["encoder_conf"], "num_heads": 4}
+    other = seeded_model(0, tokenizer.vocab_size, **{**TINY_CONFORMER, "encoder_conf": other_conf})
+    write_checkpoint(tmp_path / "other.ckpt", other, 40, {"other.ckpt": 1.0})
+    with pytest.raises(
+        UserError, match=r"other\.ckpt: not the same model as 7\.ckpt \(encoder_conf is .*'num_heads': 4"
+    ):
+        average_checkpoints([paths[0], tmp_path / "other.ckpt"])
+    # A setting of the training loss alone may change between checkpoints (a resumed run).
+    models[2].set_cmvn(torch.linspace(-1.0, 1.0, 80), torch.full((80,), 2.0))
+    models[2].config["ctc_weight"] = 0.5
+    write_checkpoint(tmp_path / "12.ckpt", models[2], 12, {"12.ckpt": 1.0})
+    assert torch.equal(average_checkpoints(paths)["model.cmvn.mean"], torch.linspace(-1.0, 1.0, 80))
+
+
+def test_exported_model_loads_without_pickle_and_computes_the_same(run, tmp_path, monkeypatch):
+    paths = select_checkpoints(run / "checkpoints", 3)
+    avg = average_checkpoints(paths)
+    config, tokenizer_path = model_config_from_checkpoint(paths[0])
+    out = export_model(avg, config, tokenizer_path, tmp_path / "model")
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "model.safetensors", "tokenizer.model"]
+    written = yaml.safe_load((out / "config.yaml").read_text())
+    assert written["format_version"] == 1 and written["sample_rate"] == 16000
+    assert (
+        written["model"]["encoder_conf"]["num_layers"] == 2 and written["model"]["vocab_size"] == config["vocab_size"]
+    )
+    stored = load_file(out / "model.safetensors")
+    assert set(stored) == {k.removeprefix("model.") for k in avg}
+    assert torch.equal(stored["cmvn.istd"], avg["model.cmvn.istd"])
+
+    source = ASRModel(**config)
+    source.load_state_dict({k.removeprefix("model."): v for k, v in avg.items()})
+    source.eval()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("load_model unpickled something")
+
+    with monkeypatch.context() as patch:
+        for target, name in ((pickle, "load"), (pickle, "loads"), (pickle, "Unpickler"), (torch, "load")):
+            patch.setattr(target, name, refuse)
+        patch.setattr(torch.serialization, "load", refuse)
+        model, tokenizer = load_model(out)
+    assert not model.training and tokenizer.vocab_size == model.vocab_size
+
+    gen = torch.Generator().manual_seed(0)
+    audio = 0.1 * torch.randn(2, 16000, generator=gen)
+    lens = torch.tensor([16000, 11000])
+    audio[1, 11000:] = 0.0
+    with torch.no_grad():
+        enc, enc_lens = model.encode(audio, lens)
+        ref, ref_lens = source.encode(audio, lens)
+        assert torch.equal(enc_lens, ref_lens) and enc.abs().max() > 0
+        assert (enc - ref).abs().max() <= 1e-6
+        assert (model.ctc_log_probs(enc) - source.ctc_log_probs(ref)).abs().max() <= 1e-6
+
+
+@pytest.fixture()
+def model_dir(tmp_path, tokenizer) -> Path:
+    model = seeded_model(0, tokenizer.vocab_size)
+    return export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "model")
+
+
+def test_export_replaces_a_model_directory_and_refuses_anything_else(model_dir, tokenizer):
+    model = seeded_model(1, tokenizer.vocab_size)
+    export_model(model.state_dict(), model.config, tokenizer.path, model_dir, source={"note": "second"})
+    assert yaml.safe_load((model_dir / "config.yaml").read_text())["source"] == {"note": "second"}
+    assert torch.equal(load_file(model_dir / "model.safetensors")["ctc.weight"], model.ctc.weight)
+    assert [p.name for p in model_dir.parent.iterdir()] == ["model"]  # no temporary directory left behind
+    assert model_dir.stat().st_mode & 0o777 == 0o777 & ~_umask()
+
+    precious = model_dir.parent / "exp"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    with pytest.raises(UserError, match=r"exp: exists and is not a srupp-asr model directory; refusing to replace it"):
+        export_model(model.state_dict(), model.config, tokenizer.path, precious)
+    assert (precious / "notes.txt").read_text() == "keep me"
+    with pytest.raises(UserError, match=r"the weights do not fit the model with this tokenizer \(missing weights"):
+        export_model({"ctc.weight": model.ctc.weight}, model.config, tokenizer.path, model_dir)
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _rewrite_weights(path: Path, edit) -> None:
+    weights = load_file(path)
+    edit(weights)
+    save_file(weights, path)
+
+
+BREAKAGES = {
+    "no directory": (lambda d: shutil.rmtree(d), "", r"model directory not found"),
+    "no config": (
+        lambda d: (d / "config.yaml").unlink(),
+        "config.yaml",
+        r"not found \(not a srupp-asr model directory\)",
+    ),
+    "bad yaml": (lambda d: (d / "config.yaml").write_text("model: [1,\n"), "config.yaml", r"not valid YAML at line 2"),
+    "future format": (
+        lambda d: (d / "config.yaml").write_text("format_version: 2\nmodel: {}\n"),
+        "config.yaml",
+        r"unknown format_version 2 \(this srupp-asr reads 1\)",
+    ),
+    "bad settings": (
+        lambda d: (d / "config.yaml").write_text("format_version: 1\nmodel: {vocab_size: 60, width: 3}\n"),
+        "config.yaml",
+        r"bad model settings \(.*width",
+    ),
+    "other tokenizer": (
+        lambda d: Tokenizer.train(["abc abd"], d / "tokenizer.model", vocab_size=60, model_type="char"),
+        "tokenizer.model",
+        r"tokenizer has 8 pieces, config.yaml says vocab_size \d+",
+    ),
+    "no weights": (lambda d: (d / "model.safetensors").unlink(), "model.safetensors", r"not found"),
+    "garbage weights": (
+        lambda d: (d / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{nope}"),
+        "model.safetensors",
+        r"not a readable safetensors file",
+    ),
+    "missing weight": (
+        lambda d: _rewrite_weights(d / "model.safetensors", lambda w: w.pop("ctc.weight")),
+        "model.safetensors",
+        r"missing weights ctc\.weight$",
+    ),
+    "unexpected weight": (
+        lambda d: _rewrite_weights(d / "model.safetensors", lambda w: w.update(extra=torch.ones(2))),
+        "model.safetensors",
+        r"unexpected weights extra$",
+    ),
+    "misshapen weight": (
+        lambda d: _rewrite_weights(d / "model.safetensors", lambda w: w.update({"ctc.bias": torch.ones(3)})),
+        "model.safetensors",
+        r"ctc\.bias has shape \(3,\), the model expects",
+    ),
+}
+
+
+@pytest.mark.parametrize("breakage", list(BREAKAGES))
+def test_broken_model_directories_are_user_errors_naming_the_file(model_dir, breakage):
+    breaks, file, message = BREAKAGES[breakage]
+    breaks(model_dir)
+    where = model_dir / file if file else model_dir
+    with pytest.raises(UserError) as err:
+        load_model(model_dir)
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(f"{where}: ")
+    assert err.match(message)
+
+
+def test_average_command_exports_the_best_checkpoints(run, tmp_path, capsys):
+    out = tmp_path / "final"
+    assert main(["average", "--exp-dir", str(run), "--num", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "averaged 2 checkpoints (best by valid/loss, min):"
+    chosen = select_checkpoints(run / "checkpoints", 2)
+    for line, path in zip(printed[1:3], chosen, strict=True):
+        assert line.startswith(f"  {path}  step {raw(path)['global_step']}  valid/loss=")
+    assert printed[3] == f"wrote {out} (config.yaml, model.safetensors, tokenizer.model)"
+    source = yaml.safe_load((out / "config.yaml").read_text())["source"]
+    assert source["checkpoints"] == [p.name for p in chosen] and source["metric"] == "valid/loss"
+    model, _ = load_model(out)
+    expected = average_checkpoints(chosen)["model.ctc.weight"]
+    assert torch.equal(model.ctc.weight.detach(), expected)
+
+    ckpts = [str(p) for p in chosen]
+    assert main(["average", "--ckpts", *ckpts, "--out", str(out)]) == 0
+    assert "averaged 2 checkpoints (best by valid/loss, min):" in capsys.readouterr().out
+
+
+def test_average_command_on_an_empty_directory_exits_2_with_one_line(tmp_path, capsys):
+    (tmp_path / "exp" / "checkpoints").mkdir(parents=True)
+    assert main(["average", "--exp-dir", str(tmp_path / "exp"), "--out", str(tmp_path / "model")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"srupp-asr average: error: {tmp_path / 'exp' / 'checkpoints'}: no checkpoints (*.ckpt) found\n"
+    assert not (tmp_path / "model").exists()
