@@ -1,0 +1,370 @@
+"""Training throughput of the full ASR model, SRU++ against Conformer and BLSTM at matched size; prints markdown.
+
+One training step is what ``ASRLightningModule`` runs for a batch, timed without the Trainer around it:
+the whole :class:`~srupp_asr.model.ASRModel` (Fbank, CMVN, SpecAugment, Conv2d subsampling, encoder, CTC
+head and attention decoder, loss 0.3 CTC + 0.7 label-smoothed CE) forward, backward, gradient clipping
+at 5.0 (the configs' ``gradient_clip_val``) and an Adam step (the learning-rate schedule, one scalar per
+step, is left out), under bf16 autocast with ``--precision bf16`` (Lightning's ``bf16-mixed``; on a CPU
+without native bf16 that is slower than fp32). Throughput is seconds of (unpadded) audio per second of
+wall time, from the median step time after ``--warmup-steps`` untimed steps.
+
+Every encoder trains on the same synthetic batch: Gaussian noise utterances with durations drawn
+uniformly from ``--utt-seconds LO HI`` until ``--batch-seconds`` is filled, random token targets
+(``TOKENS_PER_SECOND`` per second of audio, a ``VOCAB_SIZE``-piece vocabulary), CMVN stats taken from the
+batch itself. The models share the frontend, subsampling and decoder of ``--size``; each encoder keeps
+the shape of its preset (``conf/train_*.yaml`` for ``small``) and one width is searched so that the
+parameter counts match a target (``--target-params``, by default the SRU++ preset's count) on the
+whole model (``--match total``) or the encoder alone (``--match encoder``): SRU++ ``d_model`` (the
+recurrent width), Conformer ``ffn_dim`` (ESPnet keeps the attention width at the subsampling's),
+BLSTM ``d_model``. The run stops before timing if the matched counts spread by more than 10%.
+
+Each encoder runs in a fresh process, so neither memory nor allocator state carries over. Peak
+memory: on CUDA ``torch.cuda.max_memory_allocated`` minus what was allocated before the model was
+built (weights, gradients, Adam state, activations; not the caching allocator's reserve); on the CPU
+the growth of the process's peak resident set size (``getrusage`` ``ru_maxrss``) from before the model
+was built, which also counts memory the allocator keeps after freeing it.
+
+    python benchmarks/train_throughput.py --size ci                          # ~1-2 min on 2 CPU cores
+    python benchmarks/train_throughput.py --size small --device cuda --precision bf16
+    python benchmarks/train_throughput.py --size large --device cuda --precision bf16   # ~100 M parameters
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import platform
+import resource
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from srupp_asr.audio import SAMPLE_RATE
+from srupp_asr.decoder import IGNORE_ID
+from srupp_asr.encoders import ENCODER_NAMES, encoder_num_params
+from srupp_asr.model import SOS_EOS_ID, ASRModel
+
+VOCAB_SIZE = 500
+TOKENS_PER_SECOND = 4.0  # about LibriSpeech's rate with 500 BPE pieces (2.7 words/s, 1.5 pieces/word)
+GRAD_CLIP = 5.0  # conf/train_*.yaml: trainer.gradient_clip_val
+LEARNING_RATE = 1e-3
+WEIGHT_DECAY = 1e-6
+MAX_SPREAD = 0.10  # largest allowed (max - min) / min of the matched parameter counts
+SEED = 0
+
+# The width searched per encoder, and its granularity (multiples of 8 keep GPU matrix shapes efficient).
+WIDTH_KNOBS: dict[str, tuple[str, int]] = {
+    "srupp": ("d_model", 16),
+    "conformer": ("ffn_dim", 8),
+    "blstm": ("d_model", 16),
+}
+
+
+@dataclass(frozen=True)
+class Size:
+    """A benchmark size: the shared network parts, each encoder's preset and the default run shape."""
+
+    d_model: int  # subsampling width (the Conformer's attention width)
+    decoder_conf: dict[str, Any]
+    encoders: dict[str, dict[str, Any]]
+    batch_seconds: float
+    utt_seconds: tuple[float, float]
+    steps: int
+    warmup_steps: int
+    specaugment: dict[str, Any] = field(default_factory=dict)  # SpecAugment's defaults, as in the configs
+
+
+SIZES: dict[str, Size] = {
+    # Small enough for the whole run (three encoders) to take a minute or two on 2 CPU cores.
+    "ci": Size(
+        d_model=128,
+        decoder_conf={"d_model": 128, "num_layers": 2, "num_heads": 4, "ffn_dim": 512, "dropout": 0.1},
+        encoders={
+            "srupp": {"d_model": 512, "num_layers": 4, "attn_dim": 128, "num_heads": 4, "attn_every": 2},
+            "conformer": {"num_layers": 4, "num_heads": 4, "ffn_dim": 512, "depthwise_conv_kernel_size": 15},
+            "blstm": {"d_model": 512, "num_layers": 2},
+        },
+        batch_seconds=16.0,
+        utt_seconds=(2.0, 6.0),
+        steps=4,
+        warmup_steps=1,
+    ),
+    # conf/train_srupp.yaml, conf/train_conformer.yaml, conf/train_blstm.yaml (about 28-40 M as configured).
+    "small": Size(
+        d_model=256,
+        decoder_conf={"d_model": 256, "num_layers": 6, "num_heads": 4, "ffn_dim": 2048, "dropout": 0.1},
+        encoders={
+            "srupp": {"d_model": 1024, "num_layers": 12, "attn_dim": 256, "num_heads": 4, "attn_every": 2},
+            "conformer": {"num_layers": 12, "num_heads": 4, "ffn_dim": 1024, "depthwise_conv_kernel_size": 31},
+            "blstm": {"d_model": 1024, "num_layers": 4},
+        },
+        batch_seconds=200.0,  # the configs' data.max_duration (per GPU)
+        utt_seconds=(10.0, 15.0),  # around LibriSpeech's mean training utterance (12.3 s)
+        steps=20,
+        warmup_steps=5,
+    ),
+    # ESPnet's LibriSpeech Conformer shape (12 x 512, 8 heads, 6 x 512 decoder): about 100 M parameters.
+    "large": Size(
+        d_model=512,
+        decoder_conf={"d_model": 512, "num_layers": 6, "num_heads": 8, "ffn_dim": 2048, "dropout": 0.1},
+        encoders={
+            "srupp": {"d_model": 2048, "num_layers": 12, "attn_dim": 512, "num_heads": 8, "attn_every": 2},
+            "conformer": {"num_layers": 12, "num_heads": 8, "ffn_dim": 2048, "depthwise_conv_kernel_size": 31},
+            "blstm": {"d_model": 2048, "num_layers": 4},
+        },
+        batch_seconds=200.0,
+        utt_seconds=(10.0, 15.0),
+        steps=20,
+        warmup_steps=5,
+    ),
+}
+
+
+def model_kwargs(size: Size, encoder: str, encoder_conf: dict[str, Any]) -> dict[str, Any]:
+    """ASRModel keyword arguments for ``encoder`` with ``encoder_conf`` inside ``size``'s shared parts."""
+    return {
+        "vocab_size": VOCAB_SIZE,
+        "d_model": size.d_model,
+        "encoder": encoder,
+        "encoder_conf": {"dropout": 0.1, **encoder_conf},
+        "decoder_conf": size.decoder_conf,
+        "specaugment": size.specaugment,
+    }
+
+
+def count_params(kwargs: dict[str, Any]) -> tuple[int, int]:
+    """(whole model, encoder) parameter counts of ``ASRModel(**kwargs)``, built on the meta device (no memory)."""
+    with torch.device("meta"):
+        model = ASRModel(**kwargs)
+    return model.num_params(), encoder_num_params(model.encoder)
+
+
+def match_width(size: Size, encoder: str, target: int, match: str) -> dict[str, Any]:
+    """The encoder's preset with its width knob set so the ``match`` count ("total"/"encoder") is nearest ``target``."""
+    key, step = WIDTH_KNOBS[encoder]
+    preset = size.encoders[encoder]
+    which = 0 if match == "total" else 1
+
+    def count(units: int) -> int:
+        return count_params(model_kwargs(size, encoder, {**preset, key: units * step}))[which]
+
+    low, high = 1, 1  # smallest number of units with count >= target lies in (low, high]
+    while count(high) < target:
+        low, high = high, high * 2
+        if high > 2**16:
+            raise SystemExit(f"error: {encoder} cannot reach {target:,} parameters by widening {key}")
+    if count(low) >= target:
+        high = low
+    while high - low > 1:
+        mid = (low + high) // 2
+        if count(mid) >= target:
+            high = mid
+        else:
+            low = mid
+    best = min((low, high), key=lambda units: abs(count(units) - target))
+    if abs(count(best) - target) > MAX_SPREAD * target:
+        raise SystemExit(f"error: {encoder} has {count(best):,} {match} parameters at best, not {target:,} (+-10%)")
+    return {**preset, key: best * step}
+
+
+def synthetic_batch(
+    batch_seconds: float, utt_seconds: tuple[float, float], seed: int = SEED
+) -> dict[str, torch.Tensor]:
+    """A padded batch of noise utterances filling ``batch_seconds`` and random targets, the same for a given seed."""
+    gen = torch.Generator().manual_seed(seed)
+    low, high = utt_seconds
+    durations: list[float] = []
+    while True:
+        seconds = low + (high - low) * float(torch.rand((), generator=gen))
+        if durations and sum(durations) + seconds > batch_seconds:
+            break
+        durations.append(seconds)
+    samples = torch.tensor([round(d * SAMPLE_RATE) for d in durations])
+    audio = 0.1 * torch.randn(len(durations), int(samples.max()), generator=gen)
+    audio = audio.masked_fill(torch.arange(audio.size(1)) >= samples[:, None], 0.0)
+    token_lens = torch.tensor([max(1, round(d * TOKENS_PER_SECOND)) for d in durations])
+    tokens = torch.randint(SOS_EOS_ID + 1, VOCAB_SIZE, (len(durations), int(token_lens.max())), generator=gen)
+    tokens = tokens.masked_fill(torch.arange(tokens.size(1)) >= token_lens[:, None], IGNORE_ID)
+    return {"audio": audio, "audio_lens": samples, "tokens": tokens, "token_lens": token_lens}
+
+
+def _peak_rss_bytes() -> int:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024  # bytes on macOS, KiB on Linux
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(job: dict[str, Any]) -> dict[str, Any]:
+    """Train ``job``'s model for its warm-up and timed steps; step times (s), peak memory (bytes), final loss."""
+    if job["threads"]:
+        torch.set_num_threads(job["threads"])
+    torch.manual_seed(SEED)
+    device = torch.device(job["device"])
+    batch = {k: v.to(device) for k, v in synthetic_batch(job["batch_seconds"], job["utt_seconds"]).items()}
+    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        memory_before = torch.cuda.memory_allocated(device)
+    else:
+        memory_before = _peak_rss_bytes()
+    model = ASRModel(**job["model"]).to(device)
+    with torch.no_grad():  # normalise with the batch's own stats, as a CMVN file would
+        feats, lens = model.fbank(batch["audio"], batch["audio_lens"])
+        valid = feats[torch.arange(feats.size(1), device=device) < lens[:, None]]
+        model.set_cmvn(valid.mean(0), valid.std(0))
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=job["precision"] == "bf16")
+    times = []
+    for step in range(job["warmup_steps"] + job["steps"]):
+        _sync(device)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            loss = model(**batch)["loss"]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        optimizer.step()
+        _sync(device)
+        if step >= job["warmup_steps"]:
+            times.append(time.perf_counter() - start)
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) - memory_before
+    else:
+        peak = _peak_rss_bytes() - memory_before
+    return {"times": times, "peak_memory": peak, "loss": float(loss.detach())}
+
+
+def _run_isolated(job: dict[str, Any]) -> dict[str, Any]:
+    # spawn, not fork: a fresh interpreter, so the peak RSS and the CUDA context are this encoder's alone.
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(measure, (job,))
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        return f"cuda ({torch.cuda.get_device_name()})"
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = platform.machine()
+    return f"cpu ({name})"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def train_throughput(args: argparse.Namespace) -> list[str]:
+    """Match the encoders' sizes, time each in its own process, and return the report's markdown lines."""
+    size = SIZES[args.size]
+    batch_seconds = args.batch_seconds or size.batch_seconds
+    utt_seconds = tuple(args.utt_seconds or size.utt_seconds)
+    steps = size.steps if args.steps is None else args.steps
+    warmup = size.warmup_steps if args.warmup_steps is None else args.warmup_steps
+    if args.target_params is not None:
+        target = round(args.target_params * 1e6)
+    else:
+        target = count_params(model_kwargs(size, "srupp", size.encoders["srupp"]))[args.match == "encoder"]
+    configs = {name: model_kwargs(size, name, match_width(size, name, target, args.match)) for name in args.encoders}
+    counts = {name: count_params(kwargs) for name, kwargs in configs.items()}
+    matched = [c[args.match == "encoder"] for c in counts.values()]
+    spread = max(matched) / min(matched) - 1
+    if spread > MAX_SPREAD:
+        detail = ", ".join(f"{name} {n:,}" for name, n in zip(counts, matched, strict=True))
+        raise SystemExit(f"error: {args.match} parameter counts differ by {spread:.1%} (> 10%): {detail}")
+
+    batch = synthetic_batch(batch_seconds, utt_seconds)
+    audio_seconds = float(batch["audio_lens"].sum()) / SAMPLE_RATE
+    padded_seconds = batch["audio"].numel() / SAMPLE_RATE
+    threads = args.threads or torch.get_num_threads()
+    lines = [
+        f"device: {_device_name(args.device)}, {threads} CPU threads, torch {torch.__version__}, {args.precision}",
+        f"command: python {shlex.join(sys.argv)}",
+        "",
+        f"size {args.size}: batch of {batch['audio'].size(0)} utterances, {audio_seconds:.1f} s of audio "
+        f"({padded_seconds:.1f} s padded), {int(batch['token_lens'].sum())} tokens, vocabulary {VOCAB_SIZE}; "
+        f"{warmup} warm-up + {steps} timed steps. {args.match.capitalize()} parameters matched to "
+        f"{target / 1e6:.2f} M (spread {spread:.1%}, limit 10%).",
+        "",
+    ]
+    results = {}
+    for name, kwargs in configs.items():
+        job = {
+            "model": kwargs,
+            "device": args.device,
+            "precision": args.precision,
+            "threads": args.threads,
+            "batch_seconds": batch_seconds,
+            "utt_seconds": utt_seconds,
+            "steps": steps,
+            "warmup_steps": warmup,
+        }
+        print(f"timing {name} ({counts[name][0] / 1e6:.2f} M parameters) ...", file=sys.stderr, flush=True)
+        results[name] = _run_isolated(job)
+
+    reference = "srupp" if "srupp" in results else next(iter(results))
+    ref_speed = audio_seconds / statistics.median(results[reference]["times"])
+    lines += [
+        f"| encoder | width | params total | params encoder | audio s / s | ms / step (median) | "
+        f"ms / step (mean) | speed vs {reference} | peak memory | final loss |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, result in results.items():
+        key = WIDTH_KNOBS[name][0]
+        median, mean = statistics.median(result["times"]), statistics.mean(result["times"])
+        speed = audio_seconds / median
+        total, encoder = counts[name]
+        lines.append(
+            f"| {name} | {key} {configs[name]['encoder_conf'][key]} | {total / 1e6:.2f} M | {encoder / 1e6:.2f} M | "
+            f"{speed:.1f} | {median * 1e3:.0f} | {mean * 1e3:.0f} | {speed / ref_speed:.2f}x | "
+            f"{_mib(result['peak_memory'])} | {result['loss']:.1f} |"
+        )
+    memory = "CUDA max_memory_allocated" if args.device == "cuda" else "peak RSS growth (ru_maxrss)"
+    lines += ["", f"audio s / s from the median step time; peak memory: {memory} from before the model was built."]
+    return lines
+
+
+def main() -> None:
+    """Parse the options, run the benchmark and print its markdown report."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=sorted(SIZES), default="ci")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast, as bf16-mixed")
+    parser.add_argument("--encoders", nargs="+", choices=ENCODER_NAMES, default=list(ENCODER_NAMES))
+    parser.add_argument("--batch-seconds", type=float, help="audio per batch (default: the size's)")
+    parser.add_argument("--utt-seconds", type=float, nargs=2, metavar=("LO", "HI"), help="utterance durations")
+    parser.add_argument("--steps", type=int, help="timed steps (default: the size's)")
+    parser.add_argument("--warmup-steps", type=int, help="untimed steps first (default: the size's)")
+    parser.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    parser.add_argument("--target-params", type=float, help="millions (default: the size's SRU++ preset)")
+    parser.add_argument("--match", choices=("total", "encoder"), default="total", help="which count to match")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps must be at least 1")
+    if args.warmup_steps is not None and args.warmup_steps < 0:
+        parser.error("--warmup-steps must not be negative")
+    if args.batch_seconds is not None and args.batch_seconds <= 0:
+        parser.error("--batch-seconds must be positive")
+    if args.utt_seconds is not None and not 0.1 <= args.utt_seconds[0] <= args.utt_seconds[1]:
+        parser.error("--utt-seconds LO HI needs 0.1 <= LO <= HI")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    for line in train_throughput(args):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

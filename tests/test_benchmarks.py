@@ -1,0 +1,133 @@
+"""benchmarks/train_throughput.py: matched parameter counts, the synthetic batch, timed steps, the command line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "train_throughput.py"
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("train_throughput", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+tt = _load_benchmark()
+
+
+def _counts(size_name: str, match: str) -> dict[str, tuple[int, int]]:
+    size = tt.SIZES[size_name]
+    target = tt.count_params(tt.model_kwargs(size, "srupp", size.encoders["srupp"]))[match == "encoder"]
+    return {
+        name: tt.count_params(tt.model_kwargs(size, name, tt.match_width(size, name, target, match)))
+        for name in tt.ENCODER_NAMES
+    }
+
+
+@pytest.mark.parametrize("match", ["total", "encoder"])
+def test_ci_size_matches_parameter_counts_within_ten_percent(match):
+    matched = [c[match == "encoder"] for c in _counts("ci", match).values()]
+    assert max(matched) / min(matched) - 1 <= tt.MAX_SPREAD
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size_name", ["small", "large"])
+def test_gpu_sizes_match_total_parameter_counts_within_ten_percent(size_name):
+    counts = _counts(size_name, "total")
+    totals = [total for total, _ in counts.values()]
+    assert max(totals) / min(totals) - 1 <= tt.MAX_SPREAD
+    if size_name == "large":
+        assert 90e6 < counts["srupp"][0] < 110e6  # about ESPnet's LibriSpeech Conformer
+
+
+def test_srupp_keeps_its_preset_width_when_it_sets_the_target():
+    size = tt.SIZES["small"]
+    target = tt.count_params(tt.model_kwargs(size, "srupp", size.encoders["srupp"]))[0]
+    assert tt.match_width(size, "srupp", target, "total") == size.encoders["srupp"]
+
+
+def test_synthetic_batch_is_reproducible_and_fills_the_budget():
+    batch = tt.synthetic_batch(10.0, (2.0, 3.0))
+    again = tt.synthetic_batch(10.0, (2.0, 3.0))
+    assert all(torch.equal(batch[k], again[k]) for k in batch)
+    lens = batch["audio_lens"]
+    assert 7.0 <= float(lens.sum()) / tt.SAMPLE_RATE <= 10.0  # another 2-3 s utterance would not fit
+    assert batch["audio"].shape == (lens.numel(), int(lens.max()))
+    for row, n in zip(batch["audio"], lens.tolist(), strict=True):
+        assert torch.all(row[n:] == 0) and row[:n].abs().sum() > 0
+    tokens, token_lens = batch["tokens"], batch["token_lens"]
+    assert torch.equal(token_lens, (lens / tt.SAMPLE_RATE * tt.TOKENS_PER_SECOND).round().long())
+    valid = torch.arange(tokens.size(1)) < token_lens[:, None]
+    assert torch.all(tokens[valid] > tt.SOS_EOS_ID) and torch.all(tokens[valid] < tt.VOCAB_SIZE)
+    assert torch.all(tokens[~valid] == tt.IGNORE_ID)
+
+
+def test_one_utterance_longer_than_the_budget_still_makes_a_batch():
+    assert tt.synthetic_batch(1.0, (2.0, 2.0))["audio_lens"].tolist() == [2 * tt.SAMPLE_RATE]
+
+
+@pytest.mark.parametrize("encoder", tt.ENCODER_NAMES)
+def test_measure_times_each_step_after_warm_up(encoder):
+    conf = {"srupp": {"d_model": 32, "num_layers": 2, "attn_dim": 16}, "conformer": {"num_layers": 1, "ffn_dim": 32}}
+    model = tt.model_kwargs(tt.SIZES["ci"], encoder, conf.get(encoder, {"d_model": 32, "num_layers": 1}))
+    model["d_model"], model["decoder_conf"] = 16, {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32}
+    job = {
+        "model": model,
+        "device": "cpu",
+        "precision": "fp32",
+        "threads": None,
+        "batch_seconds": 1.0,
+        "utt_seconds": (0.5, 1.0),
+        "steps": 2,
+        "warmup_steps": 1,
+    }
+    result = tt.measure(job)
+    assert len(result["times"]) == 2 and all(t > 0 for t in result["times"])
+    assert result["peak_memory"] >= 0 and torch.isfinite(torch.tensor(result["loss"]))
+
+
+def test_a_target_out_of_reach_is_an_error():
+    with pytest.raises(SystemExit, match="parameters at best"):
+        tt.match_width(tt.SIZES["ci"], "srupp", 1000, "total")  # less than the shared parts alone
+
+
+def test_unmatched_sizes_stop_before_timing(monkeypatch):
+    def presets(size, name, target, match):  # the ci presets, but a BLSTM far wider than the others
+        return {**size.encoders[name], **({"d_model": 1024} if name == "blstm" else {})}
+
+    monkeypatch.setattr(tt, "match_width", presets)
+    args = argparse.Namespace(
+        size="ci",
+        encoders=list(tt.ENCODER_NAMES),
+        batch_seconds=None,
+        utt_seconds=None,
+        steps=None,
+        warmup_steps=None,
+        target_params=None,
+        match="total",
+        device="cpu",
+        precision="fp32",
+        threads=None,
+    )
+    with pytest.raises(SystemExit, match="parameter counts differ"):
+        tt.train_throughput(args)
+
+
+@pytest.mark.slow
+def test_command_line_prints_a_row_per_encoder():
+    command = [sys.executable, str(SCRIPT), "--size", "ci", "--steps", "1", "--warmup-steps", "0"]
+    command += ["--batch-seconds", "1", "--utt-seconds", "1", "1", "--threads", "1"]
+    out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "encoder" not in line]
+    assert [row.split(" | ")[0] for row in rows] == [f"| {name}" for name in tt.ENCODER_NAMES]
+    assert "command: python " in out and "spread" in out
