@@ -8,10 +8,12 @@ augmentations (speed perturbation, noise, reverberation) on the cuts before thei
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
 import os
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
@@ -57,14 +59,17 @@ def load_cuts(path: str | os.PathLike, lazy: bool = False) -> CutSet:
     return cuts
 
 
-def save_cuts(cuts: CutSet, path: str | os.PathLike) -> None:
-    """Write ``cuts`` to a ``.jsonl.gz`` (or ``.jsonl``) manifest atomically."""
+def save_cuts(cuts: Iterable[Cut], path: str | os.PathLike) -> None:
+    """Write ``cuts`` to a ``.jsonl.gz`` (or ``.jsonl``) manifest atomically; the bytes depend on the cuts
+    only (the gzip header carries no time stamp or file name), so equal cut sets give identical files."""
     path = Path(path)
     if not path.name.endswith(_CUT_SUFFIXES):
         raise UserError(f"{path}: cut manifests are written as .jsonl.gz (or .jsonl)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(path) as tmp:
-        cuts.to_file(tmp)
+    with atomic_output(path) as tmp, open(tmp, "wb") as raw:
+        out = gzip.GzipFile("", "wb", 9, raw, mtime=0) if path.name.endswith(".gz") else raw
+        with out:
+            for cut in cuts:
+                out.write((json.dumps(cut.to_dict(), ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 def cut_text(cut: Cut) -> str:
