@@ -45,13 +45,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def read_yaml_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping; every problem is a one-line UserError naming ``path``."""
-    import yaml
-
+def read_text(path: str | os.PathLike, what: str = "file") -> str:
+    """Read a UTF-8 text file; every problem is a one-line UserError naming ``path``."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: {what} not found") from None
     except IsADirectoryError:
@@ -59,7 +56,15 @@ def read_yaml_mapping(path: str | os.PathLike, what: str = "config file") -> dic
     except OSError as err:
         raise UserError(f"{path}: cannot read {what} ({err.strerror or err})") from None
     except UnicodeDecodeError as err:
-        raise UserError(f"{path}: {what} is not UTF-8 text ({err.reason})") from None
+        raise UserError(f"{path}: {what} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def read_yaml_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping; every problem is a one-line UserError naming ``path``."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(read_text(path, what))
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""

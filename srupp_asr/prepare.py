@@ -30,6 +30,7 @@ from lhotse.utils import fastcopy
 
 from srupp_asr.data import save_cuts
 from srupp_asr.errors import UserError
+from srupp_asr.fileio import read_text
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +57,7 @@ class _Report:
 
 
 def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise UserError(f"{path}: not found") from None
-    except OSError as err:
-        raise UserError(f"{path}: cannot read ({err.strerror or err})") from None
-    except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    return read_text(path).splitlines()
 
 
 def _read_table(path: Path, report: _Report, fields: int | None = None) -> dict[str, list[str] | None]:
