@@ -58,7 +58,10 @@ def sru_recurrence(
     _check_shapes(u, x, weight_c, bias, c0, mask, bidirectional)
     if _backend_for(u) == "loop":
         return sru_recurrence_loop(u, x, weight_c, bias, c0, mask, bidirectional)
-    return _SRURecurrence.apply(u, x, weight_c, bias, c0, mask, bidirectional)
+    # The per-step states are stored only when a backward pass can follow (Function.forward itself
+    # always runs with grad mode off, so this is decided here).
+    keep = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (u, x, weight_c, bias, c0))
+    return _SRURecurrence.apply(u, x, weight_c, bias, c0, mask, bidirectional, keep)
 
 
 def sru_recurrence_loop(
@@ -160,7 +163,7 @@ def _backend_for(u: torch.Tensor) -> str:
 
 class _SRURecurrence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, u, x, weight_c, bias, c0, mask, bidirectional):
+    def forward(ctx, u, x, weight_c, bias, c0, mask, bidirectional, keep):
         dtype = u.dtype
         compute = torch.float64 if dtype == torch.float64 else torch.float32
         wc = weight_c.detach().to(compute).contiguous()
@@ -168,7 +171,6 @@ class _SRURecurrence(torch.autograd.Function):
         c0f = None if c0 is None else c0.detach().to(compute).contiguous()
         m = None if mask is None else mask.to(torch.uint8).contiguous()
         u_, x_ = u.detach().contiguous(), x.detach().contiguous()
-        keep = any(ctx.needs_input_grad[:5])  # the states are only stored for a backward pass
         if u.is_cuda:
             h, c_all, c_last = _cuda_forward(u_, x_, wc, b, c0f, m, bidirectional, keep)
         else:
@@ -206,7 +208,7 @@ class _SRURecurrence(torch.autograd.Function):
         grad_wc = gw[:2].to(wdtype)
         grad_bias = gw[2:].to(bdtype)
         grad_c0 = None if c0dtype is None else grad_c0.to(c0dtype)
-        return grad_u, grad_x, grad_wc, grad_bias, grad_c0, None, None
+        return grad_u, grad_x, grad_wc, grad_bias, grad_c0, None, None, None
 
 
 def _launch(name: str, dtype: torch.dtype, device: torch.device, n: int, args: list) -> None:
