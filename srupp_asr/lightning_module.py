@@ -16,15 +16,25 @@ Logged metrics: ``train/loss``, ``train/loss_ctc``, ``train/loss_att``, ``train/
 ``train/nonfinite_skipped`` (updates skipped so far because the loss was NaN or infinite); ``valid/loss``,
 ``valid/loss_ctc``, ``valid/loss_att``, ``valid/acc`` and ``valid/wer`` (greedy-CTC word error rate in percent:
 all word errors of the epoch over all reference words, across ranks).
+
+Resuming (``--ckpt_path``): besides what Lightning restores, checkpoints carry the global random generators'
+states (torch CPU and CUDA, numpy, Python ``random``), which dropout and SpecAugment draw from, so a run killed and
+resumed from a mid-epoch checkpoint draws the same dropout and SpecAugment masks as the uninterrupted run (the data
+module resumes the batch order; with ``trainer.deterministic`` the weights then match exactly). The data set's own
+augmentation choices (speed perturbation, noise, reverberation) are not restored. The states are stored as
+tensors and lists, so checkpoints still load with ``torch.load(weights_only=True)``. Under DDP only rank 0's
+states are saved, and every rank resumes from them.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any, Literal
 
 import jiwer
 import lightning as L
+import numpy as np
 import torch
 
 from srupp_asr.errors import UserError
@@ -95,6 +105,7 @@ class ASRLightningModule(L.LightningModule):
         self._nonfinite_in_a_row = 0
         self._skip_backward = False
         self._wer_counts = [0, 0]  # word errors, reference words (this rank, this validation run)
+        self._resumed_rng_states: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------- training
 
@@ -173,12 +184,24 @@ class ASRLightningModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep the skipped-update counter across a resume."""
+        """Keep the skipped-update counter and the random generators' states across a resume."""
         checkpoint["nonfinite_skipped"] = self.nonfinite_skipped
+        checkpoint["rng_states"] = rng_states()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restore the skipped-update counter."""
+        """Restore the skipped-update counter; keep the random states for the first step of a resumed fit."""
         self.nonfinite_skipped = int(checkpoint.get("nonfinite_skipped", 0))
+        if self._trainer is not None:  # resuming a fit, not load_from_checkpoint (which must not touch the RNGs)
+            self._resumed_rng_states = checkpoint.get("rng_states")
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Before the first step of a resumed fit, set the random generators to their checkpointed states."""
+        # Not in on_load_checkpoint: between loading and this point the resumed run builds its data loaders and
+        # prefetches batches, which draw from the global generators (the DataLoader iterator's base seed, the
+        # dataset's per-process seed) where the uninterrupted run, past its checkpoint, drew nothing.
+        if self._resumed_rng_states is not None:
+            set_rng_states(self._resumed_rng_states)
+            self._resumed_rng_states = None
 
     # ---------------------------------------------------------------- validation
 
@@ -210,6 +233,31 @@ class ASRLightningModule(L.LightningModule):
             # Already summed over ranks, so every rank holds the same value; sync_dist only averages equal values
             # (and tells Lightning the metric is global, which ModelCheckpoint on every rank relies on).
             self.log("valid/wer", 100.0 * errors / words, prog_bar=True, sync_dist=True)
+
+
+def rng_states() -> dict[str, Any]:
+    """The global random generators' states as tensors and plain lists (safe for ``torch.load(weights_only=True)``)."""
+    _, keys, pos, has_gauss, cached_gaussian = np.random.get_state()  # numpy's legacy MT19937 global state
+    version, internal, gauss_next = random.getstate()
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": [torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached_gaussian)],
+        "python": [version, list(internal), gauss_next],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore generator states written by :func:`rng_states` (CUDA ones only where there are CUDA devices)."""
+    torch.set_rng_state(states["torch"])
+    keys, pos, has_gauss, cached_gaussian = states["numpy"]
+    np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, cached_gaussian))
+    version, internal, gauss_next = states["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"][: torch.cuda.device_count()])
 
 
 def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
