@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
+from typing import NamedTuple
 
 import lightning as L
 import numpy as np
@@ -89,8 +90,10 @@ class ASRDataset(torch.utils.data.Dataset):
     Augmentations, when given, run on the cuts before any audio is read: speed perturbation (one factor of
     ``speed_perturb`` drawn per cut; 1.0 leaves it alone), noise from ``noise_cuts`` mixed in with probability
     ``noise_prob`` at an SNR drawn from ``snr_range``, and reverberation with probability ``reverb_prob`` using
-    impulse responses lhotse generates. Their random choices come from a generator seeded from torch's RNG in
-    each process, so they differ between DataLoader workers and epochs and follow ``lightning.seed_everything``.
+    impulse responses lhotse generates. Training batches come from :class:`ResumableSampler` as
+    :class:`SeededBatch` es whose seed depends on (sampler seed, rank, epoch, batch index) only, so their random
+    choices do not depend on the DataLoader worker and a resumed run augments every batch exactly as the
+    uninterrupted run did; other batches draw from a per-process generator seeded from torch's RNG.
     """
 
     def __init__(
@@ -151,8 +154,12 @@ class ASRDataset(torch.utils.data.Dataset):
             cuts = self._mix(cuts)
         return cuts
 
-    def __getitem__(self, cuts: CutSet) -> dict:
-        """Load, augment, tokenise and pad one batch of cuts."""
+    def __getitem__(self, cuts: CutSet | SeededBatch) -> dict:
+        """Load, augment, tokenise and pad one batch of cuts (a :class:`SeededBatch` fixes its augmentation)."""
+        if isinstance(cuts, SeededBatch):
+            # The batch's own seed, not the process's stream: a resumed run augments it as the first run did.
+            self._random().seed(cuts.seed)
+            cuts = cuts.cuts
         cuts = CutSet.from_cuts(c if c.sampling_rate == SAMPLE_RATE else c.resample(SAMPLE_RATE) for c in cuts)
         cuts = self.augment(cuts)
         audios, texts, ids = [], [], []
@@ -186,6 +193,21 @@ def _pad(seqs: list[torch.Tensor], value: float, dtype: torch.dtype) -> torch.Te
     return out
 
 
+class SeededBatch(NamedTuple):
+    """A batch of cuts with the seed of its augmentation, derived from where it sits in the run."""
+
+    cuts: CutSet
+    seed: int
+
+
+def batch_seed(base: int, rank: int, epoch: int, index: int) -> int:
+    """A seed for batch ``index`` of ``epoch`` on ``rank`` (deterministic, distinct per position)."""
+    seed = 0
+    for part in (base, rank, epoch, index):
+        seed = (seed * 1_000_003 + part) % 2**63
+    return seed
+
+
 class ResumableSampler(torch.utils.data.Sampler):
     """A lhotse sampler that follows the trainer's epoch and can skip the batches a resumed run already saw.
 
@@ -214,10 +236,11 @@ class ResumableSampler(torch.utils.data.Sampler):
         self._skip = (epoch, batches)
         self.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[CutSet]:
+    def __iter__(self) -> Iterator[SeededBatch]:
         if self.epoch_fn is not None:
             self.set_epoch(self.epoch_fn())
         batches = iter(self.sampler)
+        index = 0
         if self._skip is not None:
             epoch, n = self._skip
             self._skip = None
@@ -226,9 +249,11 @@ class ResumableSampler(torch.utils.data.Sampler):
                 for _ in range(n):
                     if next(batches, None) is None:
                         return
+                index = n
         # Not ``yield from``: a lhotse sampler is its own iterator and calling iter() on it again restarts it.
         while (batch := next(batches, None)) is not None:
-            yield batch
+            yield SeededBatch(batch, batch_seed(self.sampler.seed, self.sampler.rank, self.epoch, index))
+            index += 1
 
 
 def _bucket_count(cuts: CutSet, wanted: int) -> int:

@@ -368,14 +368,7 @@ def augmented_config(path: Path, speed_perturb: bool) -> Path:
     "speed_perturb",
     [
         pytest.param(False, id="dropout+specaugment"),
-        pytest.param(
-            True,
-            id="dropout+specaugment+speed_perturb",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="ASRDataset draws speed factors from a per-process random stream that no checkpoint holds",
-            ),
-        ),
+        pytest.param(True, id="dropout+specaugment+speed_perturb"),
     ],
 )
 def test_killed_run_resumed_from_last_checkpoint_matches_an_uninterrupted_run(
