@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Offline English: a corpus synthesised from Debian's TTS voices, an SRU++ model trained on it, on a CPU.
+#
+#   recipes/synth_en/run.sh [--stage N] [--stop-stage N] [--size tiny|small|large] [--seed S] [--nj N]
+#                           [--non-free] [--data DIR] [--exp DIR] [--config YAML] [--vocab-size N]
+#                           [--num-avg N] [--train-args "..."]
+#
+# Stages (each skips what it already produced, and says so):
+#   0  install the TTS engines and texts if missing (apt-get; Debian main only)
+#   1  synthesise the corpus (srupp-asr synth-corpus: 16 kHz FLAC + lhotse manifests; resumable)
+#   2  global CMVN statistics of the training set
+#   3  sentencepiece tokenizer on the training transcripts
+#   4  train (srupp-asr train fit; resumes from last.ckpt)
+#   5  average the best checkpoints into a model directory
+# Decoding and scoring stages arrive with `srupp-asr transcribe` / `evaluate`.
+set -euo pipefail
+
+stage=0
+stop_stage=5
+size=small
+seed=0
+nj=$(nproc)
+non_free=false
+data=data/synth_en
+exp=exp/synth_en
+config=conf/tiny_cpu.yaml
+vocab_size=256
+num_avg=5
+train_args=""
+
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --stage) stage=$2; shift 2 ;;
+    --stop-stage) stop_stage=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    --nj) nj=$2; shift 2 ;;
+    --non-free) non_free=true; shift ;;
+    --data) data=$2; shift 2 ;;
+    --exp) exp=$2; shift 2 ;;
+    --config) config=$2; shift 2 ;;
+    --vocab-size) vocab_size=$2; shift 2 ;;
+    --num-avg) num_avg=$2; shift 2 ;;
+    --train-args) train_args=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+log() { echo "$(date '+%F %T') (synth_en stage $1) $2"; }
+runs() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
+if command -v srupp-asr >/dev/null 2>&1; then
+  srupp() { srupp-asr "$@"; }
+else
+  srupp() { python -m srupp_asr.cli "$@"; }
+fi
+
+cd "$(dirname "$0")/../.."  # paths (conf/, data/, exp/) are relative to the repository root
+
+corpus=$data/corpus
+manifests=$corpus/manifests
+free_flag=""
+$non_free && free_flag="--non-free"
+
+if runs 0; then
+  packages="espeak-ng sox flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
+            fortune-mod fortunes-min fortunes wordnet-base dict-gcide"
+  missing=""
+  for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+  if [ -n "$missing" ]; then
+    log 0 "installing:$missing"
+    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing
+  else
+    log 0 "TTS engines and texts already installed"
+  fi
+  if $non_free; then
+    log 0 "--non-free: MBROLA and pico are contrib/non-free (not free software); install them yourself after" \
+      "enabling those sections: mbrola mbrola-us1 mbrola-us2 mbrola-us3 mbrola-en1 festvox-us1 festvox-us2" \
+      "festvox-us3 festvox-en1 libttspico-utils"
+  fi
+fi
+
+if runs 1; then
+  log 1 "synthesising the $size corpus into $corpus (seed $seed, $nj jobs; a rerun completes it)"
+  srupp synth-corpus "$corpus" --size "$size" --seed "$seed" --jobs "$nj" $free_flag
+  log 1 "wrote $manifests/{train,dev,test_seen,test_unseen}_cuts.jsonl.gz"
+fi
+
+if runs 2; then
+  if [ -f "$data/cmvn.json" ]; then
+    log 2 "$data/cmvn.json exists, skipping"
+  else
+    srupp cmvn "$manifests/train_cuts.jsonl.gz" --out "$data/cmvn.json"
+    log 2 "wrote $data/cmvn.json"
+  fi
+fi
+
+if runs 3; then
+  if [ -f "$data/tokenizer.model" ]; then
+    log 3 "$data/tokenizer.model exists, skipping"
+  else
+    srupp tokenizer --cuts "$manifests/train_cuts.jsonl.gz" --out "$data/tokenizer.model" \
+      --vocab-size "$vocab_size" --model-type unigram
+    log 3 "wrote $data/tokenizer.model"
+  fi
+fi
+
+if runs 4; then
+  resume=""
+  if [ -f "$exp/checkpoints/last.ckpt" ]; then
+    resume="--ckpt_path last"
+    log 4 "resuming from $exp/checkpoints/last.ckpt"
+  fi
+  log 4 "training with $config into $exp"
+  # shellcheck disable=SC2086  # train_args and resume are word lists
+  srupp train fit --config "$config" \
+    --data.train_cuts "$manifests/train_cuts.jsonl.gz" --data.valid_cuts "$manifests/dev_cuts.jsonl.gz" \
+    --data.tokenizer "$data/tokenizer.model" --model.cmvn "$data/cmvn.json" \
+    --trainer.default_root_dir "$exp" $train_args $resume
+  log 4 "checkpoints in $exp/checkpoints, logs in $exp/csv and $exp/tensorboard"
+fi
+
+if runs 5; then
+  srupp average --exp-dir "$exp" --num "$num_avg" --out "$exp/model"
+  log 5 "wrote the model directory $exp/model"
+fi
