@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def _run(*args: str) -> str:
-    out = subprocess.run(["bash", str(RUN), *args], capture_output=True, text=True, timeout=600)
+    # The recipe calls `srupp-asr`: the one installed beside this interpreter (the venv need not be activated).
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = subprocess.run(["bash", str(RUN), *args], capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout + out.stderr
 
