@@ -50,13 +50,17 @@ done
 
 log() { echo "$(date '+%F %T') (synth_en stage $1) $2"; }
 runs() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
+cd "$(dirname "$0")/../.."  # paths (conf/, data/, exp/) are relative to the repository root
+
+# srupp-asr from PATH, else the one `make` installed in .venv
 if command -v srupp-asr >/dev/null 2>&1; then
   srupp() { srupp-asr "$@"; }
+elif [ -x .venv/bin/srupp-asr ]; then
+  srupp() { .venv/bin/srupp-asr "$@"; }
 else
-  srupp() { python -m srupp_asr.cli "$@"; }
+  echo "run.sh: srupp-asr not found: run 'make setup' (or pip install -e .) first" >&2
+  exit 2
 fi
-
-cd "$(dirname "$0")/../.."  # paths (conf/, data/, exp/) are relative to the repository root
 
 corpus=$data/corpus
 manifests=$corpus/manifests
