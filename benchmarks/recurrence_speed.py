@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 
+from srupp_asr import kernels
 from srupp_asr.recurrence import sru_recurrence, sru_recurrence_loop
 from srupp_asr.sru import SRUppLayer
 
@@ -119,13 +120,13 @@ def gpu_table(repeats: int) -> list[str]:
         u, x, wc, bias = _recurrence_inputs(L, B, D, "cuda", dtype)
         lstm = torch.nn.LSTM(D, d, bidirectional=True).to("cuda", dtype)
         es, n = torch.tensor([], dtype=dtype).element_size(), L * B * D
-        fwd_bytes = n * (3 * es + es + es + 4)  # read u, x; write h (dtype), states (fp32)
+        # the training forward (inputs need grad): read u, x; write h (dtype) and the states (fp32)
+        fwd_bytes = n * (3 * es + es + es + 4)
         bwd_bytes = n * (3 * es + es + 4 + es + 3 * es + es)  # read u, x, states, grad_h; write grad_u, grad_x
-        with torch.no_grad():
-            t_fwd = _time_cuda(
-                lambda u=u, x=x, wc=wc, bias=bias: sru_recurrence(u, x, wc, bias, bidirectional=True), repeats
-            )
-            t_lstm_fwd = _time_cuda(lambda lstm=lstm, x=x: lstm(x), repeats)
+        t_fwd = _time_cuda(
+            lambda u=u, x=x, wc=wc, bias=bias: sru_recurrence(u, x, wc, bias, bidirectional=True), repeats
+        )
+        t_lstm_fwd = _time_cuda(lambda lstm=lstm, x=x: lstm(x), repeats)
         h, _ = sru_recurrence(u, x, wc, bias, bidirectional=True)
         grad = torch.randn_like(h)
 
@@ -163,23 +164,31 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
     parser.add_argument("--skip-gpu", action="store_true")
+    parser.add_argument("--skip-cpu", action="store_true")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"machine: {_cpu_name()}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}")
+    if not args.skip_cpu:
+        _print_cpu_table(args.repeats)
+    if args.skip_gpu or not torch.cuda.is_available():
+        print("\nGPU: skipped (no CUDA device)" if not args.skip_gpu else "\nGPU: skipped")
+        return
+    chunk = kernels.cuda_chunk()
+    print(f"\nGPU: {torch.cuda.get_device_name()}, B=32, L=1000, hidden 1024 per direction, bidirectional", end="")
+    print(f" (SRUPP_CUDA_CHUNK={chunk}); forward as in training: the states are kept for backward\n")
+    for line in gpu_table(args.repeats):
+        print(line)
+
+
+def _print_cpu_table(repeats: int) -> None:
     print("\nCPU: B=8, L=1000, hidden 512 per direction, bidirectional, fp32 (median seconds)\n")
-    rows = cpu_table(args.repeats)
+    rows = cpu_table(repeats)
     ref_f, ref_fb = rows[0][1], rows[0][2]
     print("| implementation | forward s | fwd+bwd s | forward vs SRU | fwd+bwd vs SRU |")
     print("|---|---|---|---|---|")
     for name, f, fb in rows:
         print(f"| {name} | {f:.4f} | {fb:.4f} | {f / ref_f:.1f}x | {fb / ref_fb:.1f}x |")
-    if args.skip_gpu or not torch.cuda.is_available():
-        print("\nGPU: skipped (no CUDA device)" if not args.skip_gpu else "\nGPU: skipped")
-        return
-    print(f"\nGPU: {torch.cuda.get_device_name()}, B=32, L=1000, hidden 1024 per direction, bidirectional\n")
-    for line in gpu_table(args.repeats):
-        print(line)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ KERNEL_DIR = Path(__file__).resolve().parent
 CUDA_SOURCE = KERNEL_DIR / "sru_cuda.cu"
 CPU_SOURCE = KERNEL_DIR / "sru_cpu.cpp"
 STEP_HEADER = KERNEL_DIR / "sru_step.h"
-THREADS_PER_BLOCK = 256
+THREADS_PER_BLOCK = 128
 
 # torch dtype -> (storage type in the kernel, compute type)
 CUDA_TYPES = {
@@ -52,7 +52,15 @@ def nvrtc_options(dtype: torch.dtype) -> tuple[str, ...]:
     if dtype not in CUDA_TYPES:
         raise TypeError(f"SRU recurrence: unsupported dtype {dtype}")
     storage, compute = CUDA_TYPES[dtype]
-    return ("--std=c++17", f"-DSRU_T={storage}", f"-DSRU_F={compute}")
+    return ("--std=c++17", f"-DSRU_T={storage}", f"-DSRU_F={compute}", f"-DSRU_CHUNK={cuda_chunk()}")
+
+
+def cuda_chunk() -> int:
+    """Time steps whose loads each CUDA thread issues together (``SRUPP_CUDA_CHUNK``, default 8; for tuning)."""
+    value = os.environ.get("SRUPP_CUDA_CHUNK", "8")
+    if not value.isdigit() or not 1 <= int(value) <= 64:
+        raise ValueError(f"SRUPP_CUDA_CHUNK must be an integer in 1..64, got {value!r}")
+    return int(value)
 
 
 def compile_ptx(dtype: torch.dtype, arch: str = "compute_80") -> str:

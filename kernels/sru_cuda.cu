@@ -46,6 +46,13 @@ __device__ __forceinline__ void store(bf16_t* p, float v) {
   p->bits = (unsigned short)(u >> 16);
 }
 
+// Each thread's time loop is a dependency chain, so with one step's loads in flight a warp
+// mostly waits on memory. The loops therefore run in chunks of SRU_CHUNK steps: all loads of a
+// chunk are issued first (they do not depend on c), then the chunk's arithmetic runs from registers.
+#ifndef SRU_CHUNK
+#define SRU_CHUNK 8
+#endif
+
 extern "C" __global__ void sru_forward(const SRU_T* __restrict__ u, const SRU_T* __restrict__ x,
                                        const SRU_F* __restrict__ wc, const SRU_F* __restrict__ bias,
                                        const SRU_F* __restrict__ c0,
@@ -59,20 +66,35 @@ extern "C" __global__ void sru_forward(const SRU_T* __restrict__ u, const SRU_T*
   const bool reverse = bidirectional && col >= D / 2;
   const SRU_F v = wc[col], vr = wc[D + col], bf = bias[col], br = bias[D + col];
   SRU_F c = c0 ? c0[n] : SRU_F(0);
-  for (int s = 0; s < L; ++s) {
-    const int t = reverse ? L - 1 - s : s;
-    const idx_t off = ((idx_t)t * B + b) * D + col;
-    if (mask && !mask[(idx_t)t * B + b]) {
-      store(h + off, SRU_F(0));
-      if (c_all) c_all[off] = c;
-      continue;
+  for (int s0 = 0; s0 < L; s0 += SRU_CHUNK) {
+    SRU_F u0[SRU_CHUNK], u1[SRU_CHUNK], u2[SRU_CHUNK], xv[SRU_CHUNK];
+    bool real[SRU_CHUNK];
+#pragma unroll
+    for (int k = 0; k < SRU_CHUNK; ++k) {
+      const int s = s0 + k;
+      if (s < L) {
+        const int t = reverse ? L - 1 - s : s;
+        const idx_t off = ((idx_t)t * B + b) * D + col;
+        const SRU_T* up = u + off * 3;
+        u0[k] = load(up);
+        u1[k] = load(up + 1);
+        u2[k] = load(up + 2);
+        xv[k] = load(x + off);
+        real[k] = !mask || mask[(idx_t)t * B + b];
+      }
     }
-    const SRU_T* up = u + off * 3;
-    SRU_F hv;
-    c = sru::forward_step<SRU_F>(load(up), load(up + 1), load(up + 2), load(x + off), v, vr, bf, br,
-                                 c, &hv);
-    store(h + off, hv);
-    if (c_all) c_all[off] = c;
+#pragma unroll
+    for (int k = 0; k < SRU_CHUNK; ++k) {
+      const int s = s0 + k;
+      if (s < L) {
+        const int t = reverse ? L - 1 - s : s;
+        const idx_t off = ((idx_t)t * B + b) * D + col;
+        SRU_F hv = SRU_F(0);
+        if (real[k]) c = sru::forward_step<SRU_F>(u0[k], u1[k], u2[k], xv[k], v, vr, bf, br, c, &hv);
+        store(h + off, hv);  // padded steps keep c and emit h = 0
+        if (c_all) c_all[off] = c;
+      }
+    }
   }
   c_last[n] = c;
 }
@@ -93,28 +115,49 @@ extern "C" __global__ void sru_backward(
   const SRU_F c_init = c0 ? c0[n] : SRU_F(0);
   SRU_F gc = grad_c_last ? grad_c_last[n] : SRU_F(0);
   SRU_F gv = 0, gvr = 0, gbf = 0, gbr = 0;
-  for (int s = L - 1; s >= 0; --s) {  // s is the step index in forward order
-    const int t = reverse ? L - 1 - s : s;
-    const idx_t off = ((idx_t)t * B + b) * D + col;
-    SRU_T* gup = grad_u + off * 3;
-    if (mask && !mask[(idx_t)t * B + b]) {
-      store(gup, SRU_F(0));
-      store(gup + 1, SRU_F(0));
-      store(gup + 2, SRU_F(0));
-      store(grad_x + off, SRU_F(0));
-      continue;
+  // s is the step index in forward order; chunk k holds step s0 - k. cs[k] is the state after step
+  // s0 - k, so the state before it is cs[k + 1] (c_init before step 0).
+  for (int s0 = L - 1; s0 >= 0; s0 -= SRU_CHUNK) {
+    SRU_F u0[SRU_CHUNK], u1[SRU_CHUNK], u2[SRU_CHUNK], xv[SRU_CHUNK], gh[SRU_CHUNK];
+    SRU_F cs[SRU_CHUNK + 1];
+    bool real[SRU_CHUNK];
+#pragma unroll
+    for (int k = 0; k <= SRU_CHUNK; ++k) {
+      const int s = s0 - k;
+      if (s < 0) {
+        cs[k] = c_init;
+        continue;
+      }
+      const int t = reverse ? L - 1 - s : s;
+      const idx_t off = ((idx_t)t * B + b) * D + col;
+      cs[k] = c_all[off];
+      if (k == SRU_CHUNK) continue;
+      const SRU_T* up = u + off * 3;
+      u0[k] = load(up);
+      u1[k] = load(up + 1);
+      u2[k] = load(up + 2);
+      xv[k] = load(x + off);
+      gh[k] = load(grad_h + off);
+      real[k] = !mask || mask[(idx_t)t * B + b];
     }
-    const int t_prev = reverse ? t + 1 : t - 1;
-    const SRU_F c_prev = s == 0 ? c_init : c_all[((idx_t)t_prev * B + b) * D + col];
-    const SRU_T* up = u + off * 3;
-    sru::StepGrad<SRU_F> g;
-    gc = sru::backward_step<SRU_F>(load(up), load(up + 1), load(up + 2), load(x + off), v, vr, bf,
-                                   br, c_prev, c_all[off], load(grad_h + off), gc, &g, &gv, &gvr,
-                                   &gbf, &gbr);
-    store(gup, g.u0);
-    store(gup + 1, g.u1);
-    store(gup + 2, g.u2);
-    store(grad_x + off, g.x);
+#pragma unroll
+    for (int k = 0; k < SRU_CHUNK; ++k) {
+      const int s = s0 - k;
+      if (s >= 0) {
+        const int t = reverse ? L - 1 - s : s;
+        const idx_t off = ((idx_t)t * B + b) * D + col;
+        SRU_T* gup = grad_u + off * 3;
+        sru::StepGrad<SRU_F> g = {SRU_F(0), SRU_F(0), SRU_F(0), SRU_F(0)};
+        if (real[k]) {
+          gc = sru::backward_step<SRU_F>(u0[k], u1[k], u2[k], xv[k], v, vr, bf, br, cs[k + 1], cs[k],
+                                         gh[k], gc, &g, &gv, &gvr, &gbf, &gbr);
+        }
+        store(gup, g.u0);  // padded steps pass gc through and get zero gradients
+        store(gup + 1, g.u1);
+        store(gup + 2, g.u2);
+        store(grad_x + off, g.x);
+      }
+    }
   }
   grad_c0[n] = gc;
   SRU_F* wp = wpart + (idx_t)b * 4 * D + col;

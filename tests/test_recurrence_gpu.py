@@ -24,7 +24,7 @@ def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def _run(args, mask, bidirectional, grads_out):
-    ins = [t.clone().requires_grad_() for t in args]
+    ins = [t.detach().clone().requires_grad_() for t in args]
     h, c = sru_recurrence(*ins, mask, bidirectional)
     gh, gc = grads_out
     ((h * gh.to(h)).sum() + (c * gc.to(c)).sum()).backward()
@@ -39,7 +39,7 @@ def test_cuda_matches_float64_reference_forward_and_gradients(dtype, L, B, D, bi
     cpu = random_inputs(L, B, D, bidirectional, padded, True, dtype=dtype, seed=L + B + D)
     mask = cpu[5]
     # inputs rounded to dtype, reference in float64 on exactly those values
-    ref_in = [t.double().requires_grad_() for t in cpu[:5]]
+    ref_in = [t.detach().double().clone().requires_grad_() for t in cpu[:5]]
     g = torch.Generator().manual_seed(7)
     gh, gc = torch.randn(L, B, D, generator=g).to(dtype), torch.randn(B, D, generator=g).to(dtype)
     h_ref, c_ref = reference_recurrence(*ref_in, mask, bidirectional)
