@@ -56,8 +56,8 @@ def nvrtc_options(dtype: torch.dtype) -> tuple[str, ...]:
 
 
 def cuda_chunk() -> int:
-    """Time steps whose loads each CUDA thread issues together (``SRUPP_CUDA_CHUNK``, default 8; for tuning)."""
-    value = os.environ.get("SRUPP_CUDA_CHUNK", "8")
+    """Time steps whose loads each CUDA thread issues together (``SRUPP_CUDA_CHUNK``, default 4; for tuning)."""
+    value = os.environ.get("SRUPP_CUDA_CHUNK", "4")
     if not value.isdigit() or not 1 <= int(value) <= 64:
         raise ValueError(f"SRUPP_CUDA_CHUNK must be an integer in 1..64, got {value!r}")
     return int(value)

@@ -18,16 +18,16 @@ typedef long long idx_t;
 struct half_t { unsigned short bits; };
 struct bf16_t { unsigned short bits; };
 
-__device__ __forceinline__ float load(const float* p) { return *p; }
-__device__ __forceinline__ double load(const double* p) { return *p; }
-__device__ __forceinline__ float load(const half_t* p) {
+// The chunk buffers below hold raw storage values; converting at use (not at load) keeps a
+// pending load from stalling the warp before the previous chunk's arithmetic has run.
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ double to_f(double v) { return v; }
+__device__ __forceinline__ float to_f(half_t v) {
   float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p->bits));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
   return f;
 }
-__device__ __forceinline__ float load(const bf16_t* p) {
-  return __uint_as_float(((unsigned int)p->bits) << 16);
-}
+__device__ __forceinline__ float to_f(bf16_t v) { return __uint_as_float(((unsigned int)v.bits) << 16); }
 
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store(double* p, double v) { *p = v; }
@@ -47,11 +47,49 @@ __device__ __forceinline__ void store(bf16_t* p, float v) {
 }
 
 // Each thread's time loop is a dependency chain, so with one step's loads in flight a warp
-// mostly waits on memory. The loops therefore run in chunks of SRU_CHUNK steps: all loads of a
-// chunk are issued first (they do not depend on c), then the chunk's arithmetic runs from registers.
+// mostly waits on memory. The loops therefore run in chunks of SRU_CHUNK steps, double-buffered:
+// the loads of the next chunk (which do not depend on c) are issued before the arithmetic of the
+// current chunk runs from registers, so memory latency hides behind the recurrence.
 #ifndef SRU_CHUNK
-#define SRU_CHUNK 8
+#define SRU_CHUNK 4
 #endif
+
+struct Ctx {
+  int L, B, D, b, col;
+  bool reverse;
+  // element offset of step s (forward order) in an (L, B, D) array
+  __device__ __forceinline__ idx_t off(int s) const {
+    const int t = reverse ? L - 1 - s : s;
+    return ((idx_t)t * B + b) * D + col;
+  }
+  __device__ __forceinline__ bool real(const unsigned char* mask, int s) const {
+    const int t = reverse ? L - 1 - s : s;
+    return !mask || mask[(idx_t)t * B + b];
+  }
+};
+
+struct FwdChunk {
+  SRU_T u0[SRU_CHUNK], u1[SRU_CHUNK], u2[SRU_CHUNK], x[SRU_CHUNK];
+  bool real[SRU_CHUNK];
+};
+
+// Loads steps s0 .. s0 + SRU_CHUNK - 1 (those < L).
+__device__ __forceinline__ void load_fwd(FwdChunk& q, const Ctx& k_, int s0, const SRU_T* __restrict__ u,
+                                         const SRU_T* __restrict__ x, const unsigned char* __restrict__ mask) {
+#pragma unroll
+  for (int k = 0; k < SRU_CHUNK; ++k) {
+    const int s = s0 + k;
+    if (s < k_.L) {
+      const idx_t off = k_.off(s);
+      const SRU_T* up = u + off * 3;
+      q.u0[k] = up[0];
+      q.u1[k] = up[1];
+      q.u2[k] = up[2];
+      q.x[k] = x[off];
+      q.real[k] = k_.real(mask, s);
+    }
+  }
+}
 
 extern "C" __global__ void sru_forward(const SRU_T* __restrict__ u, const SRU_T* __restrict__ x,
                                        const SRU_F* __restrict__ wc, const SRU_F* __restrict__ bias,
@@ -62,41 +100,61 @@ extern "C" __global__ void sru_forward(const SRU_T* __restrict__ u, const SRU_T*
   const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= (idx_t)B * D) return;
   const int col = (int)(n % D);
-  const int b = (int)(n / D);
-  const bool reverse = bidirectional && col >= D / 2;
+  const Ctx ctx = {L, B, D, (int)(n / D), col, bidirectional && col >= D / 2};
   const SRU_F v = wc[col], vr = wc[D + col], bf = bias[col], br = bias[D + col];
   SRU_F c = c0 ? c0[n] : SRU_F(0);
+  FwdChunk cur, nxt;
+  load_fwd(cur, ctx, 0, u, x, mask);
   for (int s0 = 0; s0 < L; s0 += SRU_CHUNK) {
-    SRU_F u0[SRU_CHUNK], u1[SRU_CHUNK], u2[SRU_CHUNK], xv[SRU_CHUNK];
-    bool real[SRU_CHUNK];
+    if (s0 + SRU_CHUNK < L) load_fwd(nxt, ctx, s0 + SRU_CHUNK, u, x, mask);
 #pragma unroll
     for (int k = 0; k < SRU_CHUNK; ++k) {
       const int s = s0 + k;
       if (s < L) {
-        const int t = reverse ? L - 1 - s : s;
-        const idx_t off = ((idx_t)t * B + b) * D + col;
-        const SRU_T* up = u + off * 3;
-        u0[k] = load(up);
-        u1[k] = load(up + 1);
-        u2[k] = load(up + 2);
-        xv[k] = load(x + off);
-        real[k] = !mask || mask[(idx_t)t * B + b];
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < SRU_CHUNK; ++k) {
-      const int s = s0 + k;
-      if (s < L) {
-        const int t = reverse ? L - 1 - s : s;
-        const idx_t off = ((idx_t)t * B + b) * D + col;
+        const idx_t off = ctx.off(s);
         SRU_F hv = SRU_F(0);
-        if (real[k]) c = sru::forward_step<SRU_F>(u0[k], u1[k], u2[k], xv[k], v, vr, bf, br, c, &hv);
+        if (cur.real[k]) {
+          c = sru::forward_step<SRU_F>(to_f(cur.u0[k]), to_f(cur.u1[k]), to_f(cur.u2[k]), to_f(cur.x[k]), v, vr,
+                                       bf, br, c, &hv);
+        }
         store(h + off, hv);  // padded steps keep c and emit h = 0
         if (c_all) c_all[off] = c;
       }
     }
+    cur = nxt;
   }
   c_last[n] = c;
+}
+
+struct BwdChunk {
+  SRU_T u0[SRU_CHUNK], u1[SRU_CHUNK], u2[SRU_CHUNK], x[SRU_CHUNK], gh[SRU_CHUNK];
+  SRU_F c[SRU_CHUNK + 1];  // c[k]: the state after step s0 - k; c[k + 1] the state before it
+  bool real[SRU_CHUNK];
+};
+
+// Loads steps s0, s0 - 1, ..., s0 - SRU_CHUNK + 1 (those >= 0) and the state before the last.
+__device__ __forceinline__ void load_bwd(BwdChunk& q, const Ctx& k_, int s0, const SRU_T* __restrict__ u,
+                                         const SRU_T* __restrict__ x, const SRU_T* __restrict__ grad_h,
+                                         const SRU_F* __restrict__ c_all, SRU_F c_init,
+                                         const unsigned char* __restrict__ mask) {
+#pragma unroll
+  for (int k = 0; k <= SRU_CHUNK; ++k) {
+    const int s = s0 - k;
+    if (s < 0) {
+      q.c[k] = c_init;
+      continue;
+    }
+    const idx_t off = k_.off(s);
+    q.c[k] = c_all[off];
+    if (k == SRU_CHUNK) continue;
+    const SRU_T* up = u + off * 3;
+    q.u0[k] = up[0];
+    q.u1[k] = up[1];
+    q.u2[k] = up[2];
+    q.x[k] = x[off];
+    q.gh[k] = grad_h[off];
+    q.real[k] = k_.real(mask, s);
+  }
 }
 
 extern "C" __global__ void sru_backward(
@@ -110,47 +168,25 @@ extern "C" __global__ void sru_backward(
   if (n >= (idx_t)B * D) return;
   const int col = (int)(n % D);
   const int b = (int)(n / D);
-  const bool reverse = bidirectional && col >= D / 2;
+  const Ctx ctx = {L, B, D, b, col, bidirectional && col >= D / 2};
   const SRU_F v = wc[col], vr = wc[D + col], bf = bias[col], br = bias[D + col];
   const SRU_F c_init = c0 ? c0[n] : SRU_F(0);
   SRU_F gc = grad_c_last ? grad_c_last[n] : SRU_F(0);
   SRU_F gv = 0, gvr = 0, gbf = 0, gbr = 0;
-  // s is the step index in forward order; chunk k holds step s0 - k. cs[k] is the state after step
-  // s0 - k, so the state before it is cs[k + 1] (c_init before step 0).
-  for (int s0 = L - 1; s0 >= 0; s0 -= SRU_CHUNK) {
-    SRU_F u0[SRU_CHUNK], u1[SRU_CHUNK], u2[SRU_CHUNK], xv[SRU_CHUNK], gh[SRU_CHUNK];
-    SRU_F cs[SRU_CHUNK + 1];
-    bool real[SRU_CHUNK];
-#pragma unroll
-    for (int k = 0; k <= SRU_CHUNK; ++k) {
-      const int s = s0 - k;
-      if (s < 0) {
-        cs[k] = c_init;
-        continue;
-      }
-      const int t = reverse ? L - 1 - s : s;
-      const idx_t off = ((idx_t)t * B + b) * D + col;
-      cs[k] = c_all[off];
-      if (k == SRU_CHUNK) continue;
-      const SRU_T* up = u + off * 3;
-      u0[k] = load(up);
-      u1[k] = load(up + 1);
-      u2[k] = load(up + 2);
-      xv[k] = load(x + off);
-      gh[k] = load(grad_h + off);
-      real[k] = !mask || mask[(idx_t)t * B + b];
-    }
+  BwdChunk cur, nxt;
+  load_bwd(cur, ctx, L - 1, u, x, grad_h, c_all, c_init, mask);
+  for (int s0 = L - 1; s0 >= 0; s0 -= SRU_CHUNK) {  // s is the step index in forward order
+    if (s0 - SRU_CHUNK >= 0) load_bwd(nxt, ctx, s0 - SRU_CHUNK, u, x, grad_h, c_all, c_init, mask);
 #pragma unroll
     for (int k = 0; k < SRU_CHUNK; ++k) {
       const int s = s0 - k;
       if (s >= 0) {
-        const int t = reverse ? L - 1 - s : s;
-        const idx_t off = ((idx_t)t * B + b) * D + col;
+        const idx_t off = ctx.off(s);
         SRU_T* gup = grad_u + off * 3;
         sru::StepGrad<SRU_F> g = {SRU_F(0), SRU_F(0), SRU_F(0), SRU_F(0)};
-        if (real[k]) {
-          gc = sru::backward_step<SRU_F>(u0[k], u1[k], u2[k], xv[k], v, vr, bf, br, cs[k + 1], cs[k],
-                                         gh[k], gc, &g, &gv, &gvr, &gbf, &gbr);
+        if (cur.real[k]) {
+          gc = sru::backward_step<SRU_F>(to_f(cur.u0[k]), to_f(cur.u1[k]), to_f(cur.u2[k]), to_f(cur.x[k]), v, vr,
+                                         bf, br, cur.c[k + 1], cur.c[k], to_f(cur.gh[k]), gc, &g, &gv, &gvr, &gbf, &gbr);
         }
         store(gup, g.u0);  // padded steps pass gc through and get zero gradients
         store(gup + 1, g.u1);
@@ -158,6 +194,7 @@ extern "C" __global__ void sru_backward(
         store(grad_x + off, g.x);
       }
     }
+    cur = nxt;
   }
   grad_c0[n] = gc;
   SRU_F* wp = wpart + (idx_t)b * 4 * D + col;
