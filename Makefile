@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # g++ builds the CPU recurrence; the rest are the offline TTS voices and texts of the synthetic corpus
 # (Debian main only; the non-free MBROLA/pico voices are an opt-in of recipes/synth_en).
-APT_PACKAGES ?= g++ espeak-ng sox flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts \
+APT_PACKAGES ?= g++ sctk espeak-ng sox flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts \
 	fortune-mod fortunes-min fortunes wordnet-base dict-gcide
 
 .PHONY: setup sysdeps test test-all gpu-test lint format bench demo clean
