@@ -51,8 +51,11 @@ bench: setup
 	$(PY) benchmarks/recurrence_speed.py
 
 demo: setup
-	$(VENV)/bin/srupp-asr --help
-	$(VENV)/bin/srupp-asr info
+	recipes/synth_en/run.sh --size small
+	@sample=$$(find data/synth_en/corpus/audio/test_unseen -name '*.flac' | sort | head -n 1); \
+	  echo "transcribing $$sample with exp/synth_en/model:"; \
+	  $(VENV)/bin/srupp-asr transcribe --model exp/synth_en/model -f json -o exp/synth_en/demo "$$sample" && \
+	  $(VENV)/bin/srupp-asr transcribe --model exp/synth_en/model "$$sample"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

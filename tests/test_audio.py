@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from srupp_asr.audio import SAMPLE_RATE, load_audio, prepare_waveform
+from srupp_asr.audio import SAMPLE_RATE, AudioReader, load_audio, prepare_waveform
 from srupp_asr.errors import UserError
 
 
@@ -162,3 +162,64 @@ def test_espeak_speech_loads_at_16k(synthesize_speech):
     assert info.samplerate == 22050
     assert wav.numel() == math.ceil(info.frames * SAMPLE_RATE / 22050)
     assert 0.05 < float(wav.abs().max()) <= 1.0
+
+
+# ------------------------------------------------------------------------------------------ reading in stretches
+
+
+@pytest.mark.parametrize(
+    ("fmt", "rate", "channels"),
+    [("WAV", 16000, 1), ("FLAC", 44100, 2), ("WAV", 22050, 1), ("WAV", 8000, 2), ("OGG", 22050, 1), ("MP3", 44100, 2)],
+)
+def test_stretches_equal_the_same_samples_of_the_whole_file(tmp_path, fmt, rate, channels):
+    noise = 0.3 * np.random.default_rng(1).standard_normal((rate * 3, channels)).astype(np.float32)
+    path = tmp_path / f"a.{fmt.lower()}"
+    sf.write(path, noise, rate, format=fmt)
+    whole = load_audio(path)
+    with AudioReader(path) as reader:
+        assert reader.num_samples == whole.numel() and reader.duration == pytest.approx(3.0)
+        # Forward, backward (re-read), overlapping and up to the end: the resampler's edges never show.
+        for start, end in [(12345, 30000), (100, 5000), (29000, 47000), (40000, 48000), (47990, 60000)]:
+            piece = reader.read(start, end)
+            torch.testing.assert_close(piece, whole[start : min(end, whole.numel())], atol=1e-6, rtol=0)
+        blocks = list(reader.blocks(7777))
+    assert [start for start, _ in blocks] == list(range(0, whole.numel(), 7777))
+    torch.testing.assert_close(torch.cat([b for _, b in blocks]), whole, atol=1e-6, rtol=0)
+
+
+def test_ogg_is_read_without_seeking_because_libsndfile_seeks_it_wrongly(tmp_path):
+    # libsndfile 1.2 returns wrong samples for a while after seeking in Vorbis: the reader decodes onwards instead.
+    noise = 0.3 * np.random.default_rng(2).standard_normal((48000 * 2, 2)).astype(np.float32)
+    sf.write(tmp_path / "a.ogg", noise, 48000, format="OGG")
+    whole = load_audio(tmp_path / "a.ogg", sample_rate=48000)
+    with AudioReader(tmp_path / "a.ogg", sample_rate=48000) as reader:
+        for start in (33000, 1000, 60000, 59000):
+            torch.testing.assert_close(reader.read(start, start + 4000), whole[start : start + 4000], atol=1e-6, rtol=0)
+
+
+def test_a_truncated_file_read_in_stretches_is_a_user_error(tmp_path):
+    sf.write(tmp_path / "a.flac", 0.1 * np.random.default_rng(0).standard_normal(SAMPLE_RATE * 4), SAMPLE_RATE)
+    data = (tmp_path / "a.flac").read_bytes()
+    (tmp_path / "cut.flac").write_bytes(data[: len(data) // 2])
+    with AudioReader(tmp_path / "cut.flac") as reader:
+        assert reader.num_samples == 4 * SAMPLE_RATE  # the header still promises 4 s
+        reader.read(0, SAMPLE_RATE)  # the first second is there
+        with pytest.raises(UserError, match=r"cut\.flac: not a readable audio file"):
+            reader.read(3 * SAMPLE_RATE, 4 * SAMPLE_RATE)
+
+
+def test_opening_checks_the_same_problems_as_loading(tmp_path):
+    (tmp_path / "empty.wav").write_bytes(b"")
+    with pytest.raises(UserError, match="the file is empty"):
+        AudioReader(tmp_path / "empty.wav")
+    sf.write(tmp_path / "zero.wav", np.zeros(0, np.float32), SAMPLE_RATE)
+    with pytest.raises(UserError, match="holds no audio samples"):
+        AudioReader(tmp_path / "zero.wav")
+
+
+@pytest.mark.parametrize("rate", [8000, 22050, 44100])
+def test_resampling_is_bit_for_bit_torchaudios_function(rate):
+    import torchaudio.functional as AF
+
+    x = 0.5 * torch.randn(rate + 123, generator=torch.Generator().manual_seed(rate))
+    assert torch.equal(prepare_waveform(x, rate), AF.resample(x, rate, SAMPLE_RATE).clamp(-1, 1))

@@ -1,7 +1,8 @@
-"""recipes/synth_en/run.sh, stages 0-5, on the tiny corpus: nothing to a model directory."""
+"""recipes/synth_en/run.sh, stages 0-7, on the tiny corpus: nothing to a model directory and its scored results."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -28,10 +29,11 @@ def _run(*args: str) -> str:
     return out.stdout + out.stderr
 
 
-def test_stages_0_to_5_build_a_corpus_train_and_export_and_rerun_skips_done_work(tmp_path):
+def test_stages_0_to_7_build_a_corpus_train_export_and_score_and_rerun_skips_done_work(tmp_path):
     data, exp = tmp_path / "data", tmp_path / "exp"
     common = ["--size", "tiny", "--nj", "2", "--data", str(data), "--exp", str(exp), "--vocab-size", "64"]
-    log = _run(*common, "--train-args", "--trainer.max_epochs 1")
+    decode = ["--decodings", "ctc_greedy ctc_prefix_beam", "--beam", "4", "--pocketsphinx", "false"]
+    log = _run(*common, *decode, "--train-args", "--trainer.max_epochs 1")
     manifests = data / "corpus" / "manifests"
     for split in ("train", "dev", "test_seen", "test_unseen"):
         assert (manifests / f"{split}_cuts.jsonl.gz").stat().st_size > 0
@@ -40,10 +42,20 @@ def test_stages_0_to_5_build_a_corpus_train_and_export_and_rerun_skips_done_work
     model, tokenizer = load_model(exp / "model")
     assert tokenizer.vocab_size == model.vocab_size <= 64
     assert "(synth_en stage 5) wrote the model directory" in log
+    # stages 6-7: each test set scored with each decoding mode, and one summary table of them all
+    for mode in ("ctc_greedy", "ctc_prefix_beam"):
+        for name in ("test_seen", "test_unseen"):
+            results = json.loads((exp / f"decode_{mode}" / name / "results.json").read_text())
+            assert results["name"] == name and results["WER"]["sentences"] == 12  # the tiny corpus's test sets
+            assert (exp / f"decode_{mode}" / name / "report.html").is_file()
+    summary = (exp / "RESULTS.md").read_text()
+    assert summary.count("| ctc_greedy | test_") == 2 and summary.count("| ctc_prefix_beam | test_") == 2
 
     again = _run(*common, "--stage", "1", "--stop-stage", "3")
     assert "reused 90" in again or "made 0" in again
     assert "cmvn.json exists, skipping" in again and "tokenizer.model exists, skipping" in again
+    again = _run(*common, *decode, "--stage", "6", "--stop-stage", "6")
+    assert again.count("results.json exists, skipping") == 4
 
 
 def test_unknown_option_is_refused():

@@ -3,7 +3,8 @@
 #
 #   recipes/synth_en/run.sh [--stage N] [--stop-stage N] [--size tiny|small|large] [--seed S] [--nj N]
 #                           [--non-free] [--data DIR] [--exp DIR] [--config YAML] [--vocab-size N]
-#                           [--num-avg N] [--train-args "..."]
+#                           [--num-avg N] [--train-args "..."] [--decodings "MODE ..."] [--beam N]
+#                           [--device cpu|cuda] [--pocketsphinx true|false]
 #
 # Stages (each skips what it already produced, and says so):
 #   0  install the TTS engines and texts if missing (apt-get; Debian main only)
@@ -12,23 +13,31 @@
 #   3  sentencepiece tokenizer on the training transcripts
 #   4  train (srupp-asr train fit; resumes from last.ckpt)
 #   5  average the best checkpoints into a model directory
-# Decoding and scoring stages arrive with `srupp-asr transcribe` / `evaluate`.
+#   6  decode and score the test sets (seen and held-out voices) with each decoding mode (srupp-asr evaluate),
+#      and with pocketsphinx (a pretrained recogniser, for comparison) unless --pocketsphinx false
+#   7  score pocketsphinx's transcripts and write the summary table $exp/RESULTS.md
+# --config defaults by size: tiny -> conf/tiny_cpu.yaml, small -> conf/synth_en_cpu.yaml, large -> conf/train_srupp.yaml
 set -euo pipefail
 
 stage=0
-stop_stage=5
+stop_stage=7
 size=small
 seed=0
 nj=$(nproc)
 non_free=false
 data=data/synth_en
 exp=exp/synth_en
-config=conf/tiny_cpu.yaml
+config=""
 vocab_size=256
 num_avg=5
 train_args=""
+decodings="ctc_greedy joint"
+beam=10
+device=cpu
+pocketsphinx=true
+test_sets="test_seen test_unseen"
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --stage) stage=$2; shift 2 ;;
@@ -43,6 +52,10 @@ while [ $# -gt 0 ]; do
     --vocab-size) vocab_size=$2; shift 2 ;;
     --num-avg) num_avg=$2; shift 2 ;;
     --train-args) train_args=$2; shift 2 ;;
+    --decodings) decodings=$2; shift 2 ;;
+    --beam) beam=$2; shift 2 ;;
+    --device) device=$2; shift 2 ;;
+    --pocketsphinx) pocketsphinx=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -52,16 +65,26 @@ log() { echo "$(date '+%F %T') (synth_en stage $1) $2"; }
 runs() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
 cd "$(dirname "$0")/../.."  # paths (conf/, data/, exp/) are relative to the repository root
 
-# srupp-asr from PATH, else the one `make` installed in .venv
+# srupp-asr from PATH, else the one `make` installed in .venv (and the Python beside it)
 if command -v srupp-asr >/dev/null 2>&1; then
   srupp() { srupp-asr "$@"; }
+  py=$(dirname "$(command -v srupp-asr)")/python
+  [ -x "$py" ] || py=python3
 elif [ -x .venv/bin/srupp-asr ]; then
   srupp() { .venv/bin/srupp-asr "$@"; }
+  py=.venv/bin/python
 else
   echo "run.sh: srupp-asr not found: run 'make setup' (or pip install -e .) first" >&2
   exit 2
 fi
 
+if [ -z "$config" ]; then
+  case "$size" in
+    tiny) config=conf/tiny_cpu.yaml ;;
+    small) config=conf/synth_en_cpu.yaml ;;
+    *) config=conf/train_srupp.yaml ;;
+  esac
+fi
 corpus=$data/corpus
 manifests=$corpus/manifests
 free_flag=""
@@ -79,6 +102,10 @@ if runs 0; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing
   else
     log 0 "TTS engines and texts already installed"
+  fi
+  if $pocketsphinx && ! "$py" -c "import pocketsphinx" 2>/dev/null; then
+    log 0 "installing pocketsphinx (the comparison recogniser of stage 6) with pip"
+    "$py" -m pip install -q pocketsphinx
   fi
   if $non_free; then
     log 0 "--non-free: MBROLA and pico are contrib/non-free (not free software); install them yourself after" \
@@ -130,4 +157,40 @@ fi
 if runs 5; then
   srupp average --exp-dir "$exp" --num "$num_avg" --out "$exp/model"
   log 5 "wrote the model directory $exp/model"
+fi
+
+if runs 6; then
+  for set in $test_sets; do
+    for mode in $decodings; do
+      out=$exp/decode_${mode}/$set
+      if [ -f "$out/results.json" ]; then
+        log 6 "$out/results.json exists, skipping"
+        continue
+      fi
+      srupp evaluate --model "$exp/model" --cuts "$manifests/${set}_cuts.jsonl.gz" --decoding "$mode" \
+        --beam "$beam" --device "$device" --name "$set" --out-dir "$out"
+      log 6 "wrote $out (results.md, report.html, hyp.trn)"
+    done
+    if $pocketsphinx; then
+      out=$exp/decode_pocketsphinx/$set
+      if [ -f "$out/pocketsphinx.hyp.trn" ]; then
+        log 6 "$out/pocketsphinx.hyp.trn exists, skipping"
+      else
+        "$py" recipes/synth_en/local/pocketsphinx_decode.py "$manifests/${set}_cuts.jsonl.gz" "$out" --jobs "$nj"
+        log 6 "wrote $out/pocketsphinx.hyp.trn"
+      fi
+    fi
+  done
+fi
+
+if runs 7; then
+  if $pocketsphinx; then
+    for set in $test_sets; do
+      out=$exp/decode_pocketsphinx/$set
+      srupp score --ref "$out/pocketsphinx.ref.trn" --hyp "$out/pocketsphinx.hyp.trn" --format trn \
+        --name "$set" --out-dir "$out"
+    done
+  fi
+  "$py" recipes/synth_en/local/summarize.py "$exp" --sets $test_sets --out "$exp/RESULTS.md"
+  log 7 "wrote $exp/RESULTS.md"
 fi

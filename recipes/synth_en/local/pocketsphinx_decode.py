@@ -3,9 +3,9 @@ compare against; write sclite trn files of the references and hypotheses for ``s
 
     python recipes/synth_en/local/pocketsphinx_decode.py CUTS.jsonl.gz OUT_DIR [--jobs 2]
 
-Writes OUT_DIR/ref.trn and OUT_DIR/hyp.trn (``text (speaker-utterance)`` per line; the speaker is the cut's
-voice) and OUT_DIR/decode_info.json (audio seconds, wall seconds, real-time factor). pocketsphinx is installed
-by the recipe's stage 0 (``pip install pocketsphinx``).
+Writes OUT_DIR/pocketsphinx.ref.trn and OUT_DIR/pocketsphinx.hyp.trn (``text (speaker-utterance)`` per line;
+the speaker is the cut's voice) and OUT_DIR/decode_info.json (audio seconds, wall seconds, real-time factor).
+pocketsphinx is installed by the recipe's stage 0 (``pip install pocketsphinx``).
 """
 
 from __future__ import annotations
@@ -83,8 +83,10 @@ def main() -> int:
         hyps = dict(pool.imap(_decode_cut, _cut_items(cuts), chunksize=4))
     wall = time.perf_counter() - start
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out_dir / "ref.trn", "".join(f"{t} ({k})\n" for k, t in refs.items()))
-    atomic_write_text(args.out_dir / "hyp.trn", "".join(f"{normalize_text(hyps[k])} ({k})\n" for k in refs))
+    atomic_write_text(args.out_dir / "pocketsphinx.ref.trn", "".join(f"{t} ({k})\n" for k, t in refs.items()))
+    atomic_write_text(
+        args.out_dir / "pocketsphinx.hyp.trn", "".join(f"{normalize_text(hyps[k])} ({k})\n" for k in refs)
+    )
     info = {
         "decoder": "pocketsphinx (bundled en-us)",
         "jobs": args.jobs,

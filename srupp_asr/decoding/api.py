@@ -1,0 +1,138 @@
+"""The entry points: :func:`decode` (audio in) and :func:`decode_encoded` (encoder output in), for every mode.
+
+Scores per mode (log domain; a length penalty, when set, adds ``length_penalty * len(tokens)``):
+
+- ``ctc_greedy``: the best path's log-probability (the sum over frames of the largest CTC log-probability);
+- ``ctc_prefix_beam``: ``log P_ctc(tokens)``, summed over every path that emits the tokens;
+- ``joint``: ``(1 - ctc_weight) * log P_att(tokens + <eos>) + ctc_weight * log P_ctc(tokens)``;
+- ``rescoring``: the same sum, over the n-best list of the CTC prefix beam search.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from srupp_asr.audio import SAMPLE_RATE
+from srupp_asr.decoding.alignment import align_hypothesis
+from srupp_asr.decoding.beam_search import beam_search
+from srupp_asr.decoding.options import DecodingOptions, Hypothesis
+from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
+from srupp_asr.decoding.rescoring import attention_scores, rescore
+from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer, Scorer
+from srupp_asr.frontend import HOP_LENGTH
+from srupp_asr.model import ASRModel
+from srupp_asr.tokenizer import Tokenizer
+
+
+def frame_shift_seconds(model: ASRModel) -> float:
+    """Seconds between encoder frames: the 10 ms filterbank shift times the model's subsampling factor."""
+    return HOP_LENGTH / SAMPLE_RATE * model.subsampling.factor
+
+
+def decode(
+    model: ASRModel,
+    tokenizer: Tokenizer,
+    audio: torch.Tensor,
+    audio_lens: torch.Tensor,
+    options: DecodingOptions | None = None,
+) -> list[Hypothesis]:
+    """The best hypothesis of each utterance of ``audio`` ``(B, S)`` (16 kHz, valid up to ``audio_lens`` ``(B,)``),
+    decoded on the model's device. Put the model in eval mode first (``load_model`` does)."""
+    options = options or DecodingOptions()
+    _check_model(model, options)  # before the encoder runs
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        enc, enc_lens = model.encode(audio.to(device), audio_lens.to(device))
+        return [nbest[0] for nbest in decode_encoded(model, tokenizer, enc, enc_lens, options)]
+
+
+def decode_encoded(
+    model: ASRModel,
+    tokenizer: Tokenizer,
+    enc: torch.Tensor,
+    enc_lens: torch.Tensor,
+    options: DecodingOptions | None = None,
+) -> list[list[Hypothesis]]:
+    """Per utterance of an :meth:`~srupp_asr.model.ASRModel.encode` output, its n-best hypotheses, best first."""
+    options = options or DecodingOptions()
+    _check_model(model, options)
+    with torch.inference_mode():
+        enc_lens = enc_lens.to(enc.device)
+        log_probs = model.ctc_log_probs(enc) if model.ctc is not None else None
+        results = _search(model, enc, enc_lens, log_probs, options)
+        cpu_log_probs = log_probs.cpu() if log_probs is not None else None
+        shift = frame_shift_seconds(model)
+        out = []
+        for b, nbest in enumerate(results):
+            frames = int(enc_lens[b])
+            hyps = []
+            for tokens, score in nbest:
+                times, words = align_hypothesis(
+                    None if cpu_log_probs is None else cpu_log_probs[b], tokens, tokenizer, shift, frames
+                )
+                hyps.append(Hypothesis(tokens, tokenizer.decode(tokens), score, times, words))
+            out.append(hyps)
+        return out
+
+
+def _check_model(model: ASRModel, options: DecodingOptions) -> None:
+    """A ValueError when ``model`` lacks the CTC head or the decoder that ``options`` need."""
+    needs_ctc = options.mode in ("ctc_greedy", "ctc_prefix_beam", "rescoring") or (
+        options.mode == "joint" and options.ctc_weight > 0.0
+    )
+    needs_decoder = options.mode in ("joint", "rescoring") and options.ctc_weight < 1.0
+    if needs_ctc and model.ctc is None:
+        raise ValueError(
+            f"mode {options.mode} with ctc_weight={options.ctc_weight} needs a CTC head; the model has none"
+        )
+    if needs_decoder and model.decoder is None:
+        raise ValueError(
+            f"mode {options.mode} with ctc_weight={options.ctc_weight} needs an attention decoder; the model has none"
+        )
+
+
+def _search(
+    model: ASRModel,
+    enc: torch.Tensor,
+    enc_lens: torch.Tensor,
+    log_probs: torch.Tensor | None,
+    options: DecodingOptions,
+) -> list[list[tuple[list[int], float]]]:
+    """``(tokens, score)`` n-best lists per utterance by the mode of ``options``."""
+    if options.mode == "ctc_greedy":
+        best = log_probs.max(-1).values
+        valid = torch.arange(best.shape[1], device=best.device)[None, :] < enc_lens[:, None]
+        scores = torch.where(valid, best, 0.0).sum(1).tolist()
+        return [
+            [(tokens, score)] for tokens, score in zip(model.ctc_greedy_encoded(enc, enc_lens), scores, strict=True)
+        ]
+    if options.mode == "ctc_prefix_beam":
+        nbest = ctc_prefix_beam_search(log_probs, enc_lens, options.beam, options.length_penalty)
+        return [[(y, s + options.length_penalty * len(y)) for y, s in hyps[: options.nbest]] for hyps in nbest]
+    if options.mode == "rescoring":
+        nbest = ctc_prefix_beam_search(log_probs, enc_lens, options.beam, options.length_penalty)
+        if options.ctc_weight < 1.0:
+            att = attention_scores(model.decoder, enc, enc_lens, [[y for y, _ in hyps] for hyps in nbest])
+        else:  # the attention score has no weight (and the model may have no decoder)
+            att = [[0.0] * len(hyps) for hyps in nbest]
+        ranked = rescore(nbest, att, options.ctc_weight, options.length_penalty)
+        return [hyps[: options.nbest] for hyps in ranked]
+    scorers: list[tuple[Scorer, float]] = []
+    if options.ctc_weight < 1.0:
+        scorers.append((DecoderScorer(model.decoder, enc, enc_lens), 1.0 - options.ctc_weight))
+    if options.ctc_weight > 0.0:
+        scorers.append((CTCPrefixScorer(log_probs, enc_lens), options.ctc_weight))
+    if options.maxlen_ratio > 0:
+        max_lengths = (options.maxlen_ratio * enc_lens.float()).long().clamp(min=1)
+    else:
+        max_lengths = enc_lens
+    return beam_search(
+        scorers,
+        enc.shape[0],
+        max_lengths,
+        model.vocab_size,
+        options.beam,
+        options.nbest,
+        options.length_penalty,
+        enc.device,
+    )

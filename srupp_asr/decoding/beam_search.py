@@ -1,0 +1,124 @@
+"""Label-synchronous beam search over weighted :class:`~srupp_asr.decoding.scorers.Scorer` s, batched over
+utterances and beams (ESPnet's joint CTC/attention decoding when the scorers are the decoder and CTC).
+
+All ``B * beam`` hypotheses are rows of one batch: each output step calls every scorer once for all of them. A
+step scores, for each row, the ``pre_beam`` best tokens by the weighted full scorers (every token when no full
+scorer has weight, as ESPnet does with ``ctc_weight=1``) plus ``<sos/eos>``; the partial scorers score those
+candidates; each utterance keeps its ``beam`` best extensions of all its rows::
+
+    score(y + c) = score(y) + sum_s weight_s * score_s(c | y) + length_penalty * [c is not <sos/eos>]
+
+An extension by ``<sos/eos>`` ends the hypothesis (its row is then free for the next step). An utterance is done
+when no row is running, when it reaches its maximum length (every running row is ended there), or when no running
+row can still overtake its ``nbest`` ended ones: scores only fall when the length penalty is not positive (every
+scorer's log score is <= 0, the CTC prefix probability included). Done utterances leave the batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from srupp_asr.decoding.scorers import Scorer
+from srupp_asr.model import BLANK_ID, SOS_EOS_ID
+
+NEG_INF = float("-inf")
+PRE_BEAM_RATIO = 1.5  # ESPnet's: candidates scored by the partial scorers per hypothesis, relative to the beam
+
+
+def beam_search(
+    scorers: list[tuple[Scorer, float]],
+    batch_size: int,
+    max_lengths: torch.Tensor,
+    vocab_size: int,
+    beam: int,
+    nbest: int = 1,
+    length_penalty: float = 0.0,
+    device: torch.device | str = "cpu",
+) -> list[list[tuple[list[int], float]]]:
+    """Per utterance, its ``nbest`` ended hypotheses (tokens without ``<sos/eos>``, score), best first.
+
+    ``scorers`` pairs each scorer with its weight (those of weight 0 are not run); ``max_lengths`` ``(B,)`` is the
+    most tokens per utterance."""
+    scorers = [(s, w) for s, w in scorers if w > 0.0]
+    if not scorers:
+        raise ValueError("beam search needs at least one scorer with a positive weight")
+    W = beam
+    has_full = any(s.full for s, _ in scorers)
+    eos = SOS_EOS_ID
+    # Candidate tokens: never the blank, and <sos/eos> always (appended as the last column).
+    excluded = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+    excluded[[BLANK_ID, eos]] = True
+    pre_beam = min(int(PRE_BEAM_RATIO * W), vocab_size - 2) if has_full else vocab_size - 2
+    all_tokens = torch.nonzero(~excluded).squeeze(1)
+
+    alive = torch.arange(batch_size, device=device)  # original index of each utterance still searched
+    utterances = alive.repeat_interleave(W)
+    states = [s.init_state(utterances) for s, _ in scorers]
+    ys = torch.full((batch_size * W, 1), eos, dtype=torch.long, device=device)
+    score = torch.full((batch_size, W), NEG_INF, device=device)
+    score[:, 0] = 0.0  # one running hypothesis per utterance at first
+    max_lengths = max_lengths.to(device)
+    ended: list[list[tuple[list[int], float]]] = [[] for _ in range(batch_size)]
+    step = 0
+    while alive.numel():
+        n = alive.numel()
+        full_scores = torch.zeros(n * W, vocab_size, device=device)
+        pending = [None] * len(scorers)
+        for k, (scorer, weight) in enumerate(scorers):
+            if scorer.full:
+                scores, pending[k] = scorer.score(states[k], ys, None)
+                full_scores += weight * scores
+        if has_full:
+            top = full_scores.masked_fill(excluded, NEG_INF).topk(pre_beam, dim=1).indices
+        else:
+            top = all_tokens.expand(n * W, -1)
+        candidates = torch.cat([top, top.new_full((n * W, 1), eos)], 1)  # (N, K + 1)
+        total = score.view(-1, 1) + full_scores.gather(1, candidates)
+        for k, (scorer, weight) in enumerate(scorers):
+            if not scorer.full:
+                scores, pending[k] = scorer.score(states[k], ys, candidates)
+                total += weight * scores
+        total[:, :-1] += length_penalty
+        at_max = (max_lengths[alive] <= step).repeat_interleave(W)
+        total[:, :-1] = total[:, :-1].masked_fill(at_max[:, None], NEG_INF)  # only <sos/eos> is left
+        C = candidates.shape[1]
+        new_score, sel = total.view(n, W * C).topk(W, dim=1)
+        rows = (torch.arange(n, device=device)[:, None] * W + sel // C).flatten()
+        tokens = candidates.view(-1)[rows * C + (sel % C).flatten()]
+        ys = torch.cat([ys[rows], tokens[:, None]], 1)
+        states = [s.select(st, rows, tokens, p) for (s, _), st, p in zip(scorers, states, pending, strict=True)]
+        is_end = (tokens == eos).view(n, W) & (new_score > NEG_INF)
+        if is_end.any():
+            ids = alive.tolist()
+            for u, w in torch.nonzero(is_end).tolist():
+                ended[ids[u]].append((ys[u * W + w, 1:-1].tolist(), new_score[u, w].item()))
+            new_score = new_score.masked_fill(is_end, NEG_INF)
+        score = new_score
+        step += 1
+        done = _done(score, ended, alive, nbest, length_penalty)
+        if done.any():
+            keep = torch.nonzero(~done).squeeze(1)
+            rows = (keep[:, None] * W + torch.arange(W, device=device)).flatten()
+            alive, score, ys = alive[keep], score[keep], ys[rows]
+            states = [s.select(st, rows, None, None) for (s, _), st in zip(scorers, states, strict=True)]
+    return [sorted(hyps, key=lambda h: -h[1])[:nbest] or [([], NEG_INF)] for hyps in ended]
+
+
+def _done(
+    score: torch.Tensor,
+    ended: list[list[tuple[list[int], float]]],
+    alive: torch.Tensor,
+    nbest: int,
+    length_penalty: float,
+) -> torch.Tensor:
+    """Which utterances ``(n,)`` need no more steps: nothing running, or nothing running can still make their
+    ``nbest``."""
+    best_running = score.max(1).values
+    done = best_running == NEG_INF
+    if length_penalty <= 0.0:
+        kth = [sorted((s for _, s in ended[u]), reverse=True) for u in alive.tolist()]
+        kth_ended = torch.tensor(
+            [s[nbest - 1] if len(s) >= nbest else NEG_INF for s in kth], device=score.device, dtype=score.dtype
+        )
+        done |= kth_ended >= best_running
+    return done

@@ -1,0 +1,76 @@
+"""What decoding is asked to do (:class:`DecodingOptions`) and what it returns (:class:`Hypothesis`, :class:`Word`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+Mode = Literal["ctc_greedy", "ctc_prefix_beam", "joint", "rescoring"]
+MODES: tuple[str, ...] = ("ctc_greedy", "ctc_prefix_beam", "joint", "rescoring")
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """Decoding settings; every value is checked when the options are made (a ``ValueError`` names the field).
+
+    - ``mode``: ``ctc_greedy`` (best path), ``ctc_prefix_beam`` (CTC prefix beam search), ``joint`` (one-pass
+      attention beam search with a CTC prefix scorer, ESPnet-style) or ``rescoring`` (the CTC prefix beam's
+      n-best rescored by the attention decoder, WeNet-style).
+    - ``beam``: hypotheses kept per utterance (the beam modes).
+    - ``ctc_weight``: ``joint`` and ``rescoring`` score ``ctc_weight * ctc + (1 - ctc_weight) * attention``.
+    - ``length_penalty``: added to a hypothesis' score once per output token (ESPnet's length bonus; > 0 favours
+      longer outputs). Applied during the search in the beam modes; ``ctc_greedy`` ignores it.
+    - ``maxlen_ratio``: the most output tokens is ``maxlen_ratio * encoder frames`` (at least 1); 0 means the number
+      of encoder frames (``joint`` only: CTC cannot emit more tokens than frames anyway).
+    - ``nbest``: hypotheses returned per utterance by :func:`~srupp_asr.decoding.decode_encoded` (at most ``beam``;
+      ``ctc_greedy`` always returns one).
+    """
+
+    mode: Mode = "ctc_greedy"
+    beam: int = 10
+    ctc_weight: float = 0.3
+    length_penalty: float = 0.0
+    maxlen_ratio: float = 0.0
+    nbest: int = 1
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if not isinstance(self.beam, int) or isinstance(self.beam, bool) or self.beam < 1:
+            raise ValueError(f"beam must be an integer >= 1, got {self.beam!r}")
+        if not _is_real(self.ctc_weight) or not 0.0 <= self.ctc_weight <= 1.0:
+            raise ValueError(f"ctc_weight must be in [0, 1], got {self.ctc_weight!r}")
+        if not _is_real(self.length_penalty) or not math.isfinite(self.length_penalty):
+            raise ValueError(f"length_penalty must be a finite number, got {self.length_penalty!r}")
+        if not _is_real(self.maxlen_ratio) or not math.isfinite(self.maxlen_ratio) or self.maxlen_ratio < 0:
+            raise ValueError(f"maxlen_ratio must be a finite number >= 0, got {self.maxlen_ratio!r}")
+        if not isinstance(self.nbest, int) or isinstance(self.nbest, bool) or not 1 <= self.nbest <= self.beam:
+            raise ValueError(f"nbest must be an integer in [1, beam={self.beam}], got {self.nbest!r}")
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass
+class Word:
+    """A word of a hypothesis: its text, start and end in seconds from the start of the decoded audio, and a
+    confidence in [0, 1] (see :func:`srupp_asr.decoding.alignment.align_hypothesis`)."""
+
+    text: str
+    start: float
+    end: float
+    confidence: float
+
+
+@dataclass
+class Hypothesis:
+    """A decoded token sequence with its text, score (log domain, the mode's own measure), the start time in
+    seconds of each token (from the CTC forced alignment) and its words."""
+
+    tokens: list[int]
+    text: str
+    score: float
+    token_times: list[float] = field(default_factory=list)
+    words: list[Word] = field(default_factory=list)

@@ -1,0 +1,52 @@
+"""Attention rescoring of CTC n-best lists (WeNet-style): every hypothesis of every utterance is scored by the
+attention decoder in one teacher-forced forward pass."""
+
+from __future__ import annotations
+
+import torch
+
+from srupp_asr.decoder import IGNORE_ID, TransformerDecoder, add_sos_eos
+from srupp_asr.model import SOS_EOS_ID
+
+
+def attention_scores(
+    decoder: TransformerDecoder, memory: torch.Tensor, memory_lens: torch.Tensor, hyps: list[list[list[int]]]
+) -> list[list[float]]:
+    """``log P_att(y + <sos/eos> | memory)`` of each hypothesis ``y`` in ``hyps[b]`` (utterance ``b`` of ``memory``)."""
+    flat = [(b, y) for b, nbest in enumerate(hyps) for y in nbest]
+    if not flat:
+        return [[] for _ in hyps]
+    device = memory.device
+    utterances = torch.tensor([b for b, _ in flat], device=device)
+    lens = torch.tensor([len(y) for _, y in flat], device=device)
+    tokens = torch.full((len(flat), max(1, int(lens.max()))), IGNORE_ID, dtype=torch.long, device=device)
+    for i, (_, y) in enumerate(flat):
+        tokens[i, : len(y)] = torch.tensor(y, dtype=torch.long)
+    ys_in, ys_out, ys_lens = add_sos_eos(tokens, lens, SOS_EOS_ID)
+    logits = decoder(memory[utterances], memory_lens.to(device)[utterances], ys_in, ys_lens)
+    log_probs = logits.float().log_softmax(-1)
+    keep = ys_out != IGNORE_ID
+    picked = log_probs.gather(-1, ys_out.clamp(min=0)[:, :, None]).squeeze(-1)
+    totals = torch.where(keep, picked, 0.0).sum(1).tolist()
+    out: list[list[float]] = [[] for _ in hyps]
+    for (b, _), total in zip(flat, totals, strict=True):
+        out[b].append(total)
+    return out
+
+
+def rescore(
+    ctc_nbest: list[list[tuple[list[int], float]]],
+    att_scores: list[list[float]],
+    ctc_weight: float,
+    length_penalty: float,
+) -> list[list[tuple[list[int], float]]]:
+    """Per utterance, its hypotheses by ``ctc_weight * ctc + (1 - ctc_weight) * att + length_penalty * len``, best
+    first (``ctc_nbest`` holds ``(tokens, log P_ctc)``)."""
+    out = []
+    for nbest, att in zip(ctc_nbest, att_scores, strict=True):
+        scored = [
+            (y, ctc_weight * ctc + (1.0 - ctc_weight) * a + length_penalty * len(y))
+            for (y, ctc), a in zip(nbest, att, strict=True)
+        ]
+        out.append(sorted(scored, key=lambda h: -h[1]))
+    return out

@@ -1,0 +1,195 @@
+"""Long recordings: where to cut them, where the silences are, and how the pieces' words join up.
+
+A recording that fits the memory budget is decoded whole (the SRU++ encoder's strength is long context).
+A longer one is cut into chunks of equal length that overlap by ``overlap`` seconds; each chunk is decoded
+alone and the words are joined at the overlaps: a word the overlap holds is taken from the chunk where it lies
+farther from the chunk's edge (for equal chunks: closer to that chunk's centre), so every word comes from a
+chunk that heard enough context around it. With the energy VAD the cuts go in the middle of silences instead
+and chunks need no overlap; where a stretch longer than a chunk has no silence, that part falls back to
+overlapping chunks.
+
+Everything here is plain arithmetic on sample counts, energies and word times (no model), so it is tested
+directly; ``transcribe`` reads the audio and runs the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+VAD_FRAME_SECONDS = 0.01  # energy frames of 10 ms
+MIN_SILENCE = 0.3  # seconds below the threshold that count as a pause to cut in
+VAD_FLOOR_DB = -100.0  # the energy of digital silence, in dB of full scale
+VAD_MARGIN_DB = 6.0  # the threshold is at least this far above the noise floor
+VAD_RANGE_DB = 60.0  # the noise floor counts as at most this far below the speech level
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A stretch ``[start, end)`` of a recording, in samples."""
+
+    start: int
+    end: int
+
+    def seconds(self, sample_rate: int) -> tuple[float, float]:
+        """``(start, end)`` in seconds."""
+        return self.start / sample_rate, self.end / sample_rate
+
+
+def plan_chunks(
+    num_samples: int, max_samples: int, overlap_samples: int, silences: Sequence[tuple[int, int]] | None = None
+) -> list[Chunk]:
+    """Cover ``[0, num_samples)`` with chunks of at most ``max_samples``.
+
+    Without ``silences``: equally long chunks, neighbours overlapping by ``overlap_samples`` (one chunk when the
+    whole fits). With ``silences`` (``(start, end)`` sample ranges): cut in the middle of the latest silence that
+    keeps a chunk within ``max_samples`` (and, preferably, past its half), chunks touching without overlap; a
+    stretch with no such silence is covered by overlapping chunks.
+    """
+    if max_samples <= 0:
+        raise ValueError(f"max_samples must be positive, got {max_samples}")
+    if not 0 <= overlap_samples < max_samples:
+        raise ValueError(f"overlap_samples must be in [0, max_samples), got {overlap_samples} for {max_samples}")
+    if num_samples <= max_samples:
+        return [Chunk(0, num_samples)]
+    if silences is None:
+        return _overlapping(0, num_samples, max_samples, overlap_samples)
+    cuts = sorted((a + b) // 2 for a, b in silences if 0 < (a + b) // 2 < num_samples)
+    chunks: list[Chunk] = []
+    pos = 0
+    while num_samples - pos > max_samples:
+        reachable = [c for c in cuts if pos < c <= pos + max_samples]
+        preferred = [c for c in reachable if c >= pos + max_samples // 2]
+        if preferred or reachable:
+            cut = (preferred or reachable)[-1]
+            chunks.append(Chunk(pos, cut))
+            pos = cut
+            continue
+        # No silence within reach: overlapping chunks up to the next silence (or the end).
+        following = [c for c in cuts if c > pos + max_samples]
+        stop = following[0] if following else num_samples
+        stretch = _overlapping(pos, stop, max_samples, overlap_samples)
+        chunks.extend(stretch)
+        pos = stop
+    chunks.append(Chunk(pos, num_samples))
+    return chunks
+
+
+def _overlapping(begin: int, end: int, max_samples: int, overlap: int) -> list[Chunk]:
+    """Equal chunks of at most ``max_samples`` covering ``[begin, end)``, neighbours overlapping by ``overlap``."""
+    length = end - begin
+    if length <= max_samples:
+        return [Chunk(begin, end)]
+    count = math.ceil((length - overlap) / (max_samples - overlap))
+    step = (length - overlap) / count
+    starts = [begin + round(i * step) for i in range(count)]
+    ends = [begin + round(i * step + step + overlap) for i in range(count - 1)] + [end]
+    return [Chunk(a, b) for a, b in zip(starts, ends, strict=True)]
+
+
+# ------------------------------------------------------------------------------------------ energy VAD
+
+
+def frame_energies_db(wav: np.ndarray | Any, frame_samples: int) -> np.ndarray:
+    """Mean-square energy in dB (full scale = 0 dB, floor ``VAD_FLOOR_DB``) of consecutive whole frames of ``wav``;
+    a last partial frame is left out."""
+    samples = np.asarray(wav, dtype=np.float64)
+    count = len(samples) // frame_samples
+    frames = samples[: count * frame_samples].reshape(count, frame_samples)
+    power = np.mean(frames * frames, axis=1)
+    return np.maximum(10.0 * np.log10(np.maximum(power, 1e-30)), VAD_FLOOR_DB)
+
+
+def silences_from_blocks(
+    blocks: Iterable[np.ndarray | Any], frame_samples: int, min_silence_frames: int
+) -> list[tuple[int, int]]:
+    """:func:`find_silences` over a recording read as consecutive blocks (each a whole number of frames but the
+    last), so only the energies, not the audio, are held."""
+    energies = [frame_energies_db(block, frame_samples) for block in blocks]
+    return find_silences(np.concatenate(energies) if energies else np.zeros(0), frame_samples, min_silence_frames)
+
+
+def energy_threshold_db(energies_db: np.ndarray) -> float:
+    """A speech/silence threshold halfway (in dB) between the recording's noise floor (5th percentile energy, but
+    at most ``VAD_RANGE_DB`` below the speech) and its speech level (95th percentile), and at least
+    ``VAD_MARGIN_DB`` above the floor."""
+    if len(energies_db) == 0:
+        return VAD_FLOOR_DB
+    floor, speech = np.percentile(energies_db, [5, 95])
+    floor = max(floor, speech - VAD_RANGE_DB)  # digital silence would put the threshold in the noise
+    return float(floor + max(VAD_MARGIN_DB, 0.5 * (speech - floor)))
+
+
+def find_silences(
+    energies_db: np.ndarray, frame_samples: int, min_silence_frames: int, threshold_db: float | None = None
+) -> list[tuple[int, int]]:
+    """``(start, end)`` sample ranges where at least ``min_silence_frames`` frames in a row lie below the threshold
+    (default: :func:`energy_threshold_db` of these energies)."""
+    if threshold_db is None:
+        threshold_db = energy_threshold_db(energies_db)
+    quiet = np.concatenate([[False], np.asarray(energies_db) < threshold_db, [False]])
+    edges = np.flatnonzero(np.diff(quiet.astype(np.int8)))
+    runs = zip(edges[0::2], edges[1::2], strict=True)
+    return [(int(a) * frame_samples, int(b) * frame_samples) for a, b in runs if b - a >= min_silence_frames]
+
+
+# ------------------------------------------------------------------------------------------ joining chunks
+
+
+def shift_words(words: Iterable[Any], seconds: float) -> list[Any]:
+    """Copies of dataclass words with ``start`` and ``end`` moved by ``seconds``."""
+    return [dataclasses.replace(w, start=w.start + seconds, end=w.end + seconds) for w in words]
+
+
+def merge_chunk_words(chunks: Sequence[tuple[float, float]], words: Sequence[Sequence[Any]]) -> list[Any]:
+    """Join the words of overlapping chunks (``(start, end)`` in seconds; words in absolute times, in order).
+
+    Inside the overlap of two neighbours a word is taken from the chunk where it lies farther from the chunk's
+    edge: before the overlap's midpoint from the earlier chunk, after it from the later one (word centres
+    decide). A word that straddles the midpoint can be kept by both or by neither; where the two copies overlap
+    in time, the one farther from its chunk's edge stays.
+    """
+    if len(chunks) != len(words):
+        raise ValueError(f"{len(chunks)} chunks but {len(words)} word lists")
+    if not chunks:
+        return []
+    merged = list(words[0])
+    for (_, prev_end), (start, _), nxt in zip(chunks[:-1], chunks[1:], words[1:], strict=True):
+        if start >= prev_end:  # touching (cut in a silence): nothing to reconcile
+            merged.extend(nxt)
+            continue
+        middle = (start + prev_end) / 2
+        before = [w for w in merged if _centre(w) < middle]
+        after = [w for w in nxt if _centre(w) >= middle]
+        dropped_before = [w for w in merged if _centre(w) >= middle]
+        dropped_after = [w for w in nxt if _centre(w) < middle]
+        if before and after and _same_word(before[-1], after[0]):
+            # Both kept it: keep the copy with more context (its distance to its own chunk's edge).
+            if prev_end - _centre(before[-1]) >= _centre(after[0]) - start:
+                after = after[1:]
+            else:
+                before = before[:-1]
+        elif dropped_before and dropped_after and _same_word(dropped_before[0], dropped_after[-1]):
+            # Neither kept it: take it back from the side with more context.
+            if prev_end - _centre(dropped_before[0]) >= _centre(dropped_after[-1]) - start:
+                before.append(dropped_before[0])
+            else:
+                after.insert(0, dropped_after[-1])
+        merged = before + after
+    return merged
+
+
+def _centre(word: Any) -> float:
+    return (word.start + word.end) / 2
+
+
+def _same_word(a: Any, b: Any) -> bool:
+    """Two copies of one spoken word: most of the shorter one's span is shared."""
+    shared = min(a.end, b.end) - max(a.start, b.start)
+    shorter = min(a.end - a.start, b.end - b.start)
+    return shared >= 0.5 * shorter if shorter > 0 else shared >= 0 and a.text == b.text

@@ -1,0 +1,203 @@
+"""``srupp-asr evaluate``: decode a lhotse cut manifest with a model directory and score it (WER/CER report).
+
+Audio is loaded as training loads it (:class:`srupp_asr.data.ASRDataset`: resampled to 16 kHz, mono) and the
+references are the cuts' supervision texts normalised as training normalises them
+(:func:`srupp_asr.data.cut_text`). Cuts are decoded longest first, ``batch_size`` at a time; the report adds
+the decoding speed: audio hours, decoding seconds and the real-time factor (decoding time / audio time; the
+time to read audio files is reported apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from srupp_asr.errors import UserError
+from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
+from srupp_asr.scoring.formats import Transcript, write_jsonl
+from srupp_asr.scoring.report import WORST, ReportInfo, write_report
+from srupp_asr.scoring.score import add_report_arguments, print_summary
+from srupp_asr.transcribe import DEFAULT_BATCH_SIZE, DEFAULT_DECODING, resolve_device
+
+if TYPE_CHECKING:
+    from srupp_asr.decoding import DecodingOptions
+
+
+@dataclass(frozen=True)
+class DecodingSpeed:
+    """How long decoding took for how much audio."""
+
+    audio_seconds: float
+    decode_seconds: float  # model forward + search (what the real-time factor measures)
+    load_seconds: float  # reading and resampling audio files
+    utterances: int
+    device: str
+
+    @property
+    def rtf(self) -> float | None:
+        """Real-time factor: decoding seconds per second of audio (None without audio)."""
+        return self.decode_seconds / self.audio_seconds if self.audio_seconds > 0 else None
+
+    def details(self) -> dict[str, str]:
+        """Report lines: audio hours, times, RTF."""
+        rtf = "-" if self.rtf is None else f"{self.rtf:.4f}"
+        audio = f"{self.audio_seconds / 3600:.3f} h ({self.audio_seconds:.1f} s, {self.utterances} utterances)"
+        took = f"{self.decode_seconds:.1f} s on {self.device} (+ {self.load_seconds:.1f} s reading audio)"
+        return {"audio": audio, "decoding time": took, "real-time factor": rtf}
+
+
+def _manifest_name(path: str | os.PathLike) -> str:
+    name = Path(path).name
+    for suffix in (".jsonl.gz", ".jsonl", ".json.gz", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def decoding_options(
+    decoding: str, beam: int | None, ctc_weight: float | None, length_penalty: float | None
+) -> DecodingOptions:
+    """:class:`srupp_asr.decoding.DecodingOptions` from the command-line values (None: the default)."""
+    from srupp_asr.decoding import DecodingOptions
+
+    given = {"beam": beam, "ctc_weight": ctc_weight, "length_penalty": length_penalty}
+    try:
+        return DecodingOptions(mode=decoding, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as err:
+        raise UserError(f"decoding options: {err}") from None
+
+
+def evaluate(
+    model: str | os.PathLike,
+    cuts: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    decoding: str = DEFAULT_DECODING,
+    beam: int | None = None,
+    ctc_weight: float | None = None,
+    length_penalty: float | None = None,
+    device: str = "auto",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    train_log: str | os.PathLike | None = None,
+    name: str | None = None,
+    worst: int = WORST,
+    progress: bool = False,
+) -> tuple[ScoreResult, DecodingSpeed]:
+    """Decode every cut of ``cuts`` with the model directory ``model``, score against the cuts' texts and write
+    the report (plus ``hyp.jsonl`` / ``ref.jsonl``) into ``out_dir``."""
+    import torch
+    from lhotse import CutSet
+    from tqdm import tqdm
+
+    from srupp_asr.audio import SAMPLE_RATE
+    from srupp_asr.data import ASRDataset, cut_text, load_cuts
+    from srupp_asr.decoding import decode
+    from srupp_asr.export import load_model
+
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+    options = decoding_options(decoding, beam, ctc_weight, length_penalty)
+    cutset = load_cuts(cuts)
+    device = resolve_device(device)
+    net, tokenizer = load_model(model, device)
+    dataset = ASRDataset(tokenizer)  # no augmentation: audio exactly as training reads it
+
+    def speaker(cut) -> str | None:
+        return next((s.speaker for s in cut.supervisions if s.speaker), None)
+
+    all_cuts = sorted(cutset, key=lambda c: -c.duration)
+    refs = [Transcript(c.id, cut_text(c), speaker(c)) for c in all_cuts]
+    speakers = {r.utt_id: r.speaker for r in refs}
+    hyps: list[Transcript] = []
+    decode_seconds = load_seconds = audio_samples = 0.0
+    with tqdm(total=len(all_cuts), unit="utt", desc="decoding", disable=not progress, file=sys.stderr) as bar:
+        for start in range(0, len(all_cuts), batch_size):
+            begin = time.perf_counter()
+            batch = dataset[CutSet.from_cuts(all_cuts[start : start + batch_size])]
+            load_seconds += time.perf_counter() - begin
+            if batch["cut_ids"]:
+                begin = time.perf_counter()
+                try:
+                    out = decode(net, tokenizer, batch["audio"], batch["audio_lens"], options)
+                except ValueError as err:  # the model lacks the CTC head or decoder the mode needs
+                    raise UserError(f"{model}: {err}") from None
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                decode_seconds += time.perf_counter() - begin
+                audio_samples += float(batch["audio_lens"].sum())
+                hyps += [Transcript(i, h.text, speakers[i]) for i, h in zip(batch["cut_ids"], out, strict=True)]
+            bar.update(min(batch_size, len(all_cuts) - start))
+
+    order = {c.id: k for k, c in enumerate(cutset)}  # report in manifest order
+    refs.sort(key=lambda t: order[t.utt_id])
+    hyps.sort(key=lambda t: order[t.utt_id])
+    result = score_transcripts(refs, hyps)
+    speed = DecodingSpeed(audio_samples / SAMPLE_RATE, decode_seconds, load_seconds, len(hyps), device)
+    details = {"model": str(model), "decoding": _describe(options), **speed.details()}
+    info = ReportInfo(name or _manifest_name(cuts), str(cuts), str(Path(out_dir) / "hyp.jsonl"), True, details)
+    write_jsonl(Path(out_dir) / "hyp.jsonl", hyps)
+    write_jsonl(Path(out_dir) / "ref.jsonl", refs)
+    write_report(result, out_dir, info, train_log, worst)
+    return result, speed
+
+
+def _describe(options: DecodingOptions) -> str:
+    fields = {"mode": options.mode}
+    if options.mode != "ctc_greedy":
+        fields["beam"] = options.beam
+    if options.mode in ("joint", "rescoring"):
+        fields["ctc_weight"] = options.ctc_weight
+    if options.length_penalty:
+        fields["length_penalty"] = options.length_penalty
+    return " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``srupp-asr evaluate`` from parsed arguments."""
+    result, speed = evaluate(
+        args.model,
+        args.cuts,
+        args.out_dir,
+        decoding=args.decoding,
+        beam=args.beam,
+        ctc_weight=args.ctc_weight,
+        length_penalty=args.length_penalty,
+        device=args.device,
+        batch_size=args.batch_size,
+        train_log=args.train_log,
+        name=args.name,
+        worst=args.worst,
+        progress=sys.stderr.isatty(),
+    )
+    print_summary(result, args.name or _manifest_name(args.cuts), args.out_dir)
+    rtf = "-" if speed.rtf is None else f"{speed.rtf:.4f}"
+    print(f"decoded {speed.audio_seconds / 3600:.3f} h of audio in {speed.decode_seconds:.1f} s, RTF {rtf}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``evaluate`` sub-command."""
+    from srupp_asr.decoding import MODES
+
+    p = subparsers.add_parser(
+        "evaluate",
+        help="decode a cut manifest with a model and score it (WER/CER report)",
+        description="Decode a lhotse cut manifest with a model directory, score the hypotheses against the cuts' "
+        "texts (sclite-compatible counts) and write the report (results.md, report.html, alignments, plots, "
+        "hyp.jsonl) with the decoding speed.",
+    )
+    p.add_argument("--model", required=True, metavar="DIR", help="model directory (srupp-asr average --out)")
+    p.add_argument("--cuts", required=True, help="lhotse cut manifest (.jsonl.gz) with reference texts")
+    p.add_argument("--out-dir", required=True, help="where the report files go")
+    p.add_argument("--decoding", choices=MODES, default=DEFAULT_DECODING, help=f"default {DEFAULT_DECODING}")
+    p.add_argument("--beam", type=int, help="beam size of the beam modes (default 10)")
+    p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
+    p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="utterances decoded together")
+    add_report_arguments(p)
+    p.set_defaults(func=main)
+    return p

@@ -1,0 +1,165 @@
+"""Reading and writing transcripts: Kaldi ``text``, sclite ``trn`` and JSON lines.
+
+- Kaldi ``text``: ``UTT_ID word word ...`` per line (an id alone is an empty transcript).
+- trn: ``word word ... (UTT_ID)`` per line; the speaker is the id up to its first ``-`` (else its first ``_``),
+  as ``sclite -i rm`` reads it.
+- JSON lines: one object per line with ``"id"`` (or ``"utt_id"``), ``"text"`` and optionally ``"speaker"``.
+
+Blank lines are skipped. Every problem is a :class:`~srupp_asr.errors.UserError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from srupp_asr.errors import UserError
+from srupp_asr.fileio import atomic_write_text, read_text
+
+FORMATS = ("auto", "kaldi", "trn", "jsonl")
+_ID_KEYS = ("id", "utt_id")
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """One utterance's text, with its speaker when the file says it."""
+
+    utt_id: str
+    text: str
+    speaker: str | None = None
+
+
+def detect_format(path: str | os.PathLike, first_line: str) -> str:
+    """Guess the format from the file name, else from the first non-blank line."""
+    name = Path(path).name
+    if name.endswith(".jsonl") or first_line.lstrip().startswith("{"):
+        return "jsonl"
+    if name.endswith(".trn") or (first_line.rstrip().endswith(")") and "(" in first_line):
+        return "trn"
+    return "kaldi"
+
+
+def speaker_of_trn_id(utt_id: str) -> str | None:
+    """The speaker part of a trn id (``spk-utt`` or ``spk_utt``, as ``sclite -i rm``), or None."""
+    for sep in "-_":
+        head, found, _ = utt_id.partition(sep)
+        if found and head:
+            return head
+    return None
+
+
+def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "transcript file") -> list[Transcript]:
+    """The transcripts of a Kaldi text / trn / JSON-lines file, in file order (ids unique, file not empty)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown transcript format {fmt!r}; expected one of {FORMATS}")
+    lines = _read_lines(path, what)
+    numbered = [(i, line) for i, line in enumerate(lines, start=1) if line.strip()]
+    if not numbered:
+        raise UserError(f"{path}: {what} holds no transcripts")
+    if fmt == "auto":
+        fmt = detect_format(path, numbered[0][1])
+    parse = {"kaldi": _parse_kaldi, "trn": _parse_trn, "jsonl": _parse_jsonl}[fmt]
+    seen: dict[str, int] = {}
+    out = []
+    for number, line in numbered:
+        where = f"{path}:{number}"
+        item = parse(line, where)
+        if item.utt_id in seen:
+            raise UserError(f"{where}: utterance id {item.utt_id!r} already on line {seen[item.utt_id]}")
+        seen[item.utt_id] = number
+        out.append(item)
+    return out
+
+
+def read_utt2spk(path: str | os.PathLike) -> dict[str, str]:
+    """A Kaldi ``utt2spk`` file as {utterance id: speaker}."""
+    out = {}
+    for number, line in enumerate(_read_lines(path, "utt2spk file"), start=1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2:
+            raise UserError(f"{path}:{number}: expected 'UTT_ID SPEAKER', got {line.strip()[:80]!r}")
+        out[parts[0]] = parts[1]
+    if not out:
+        raise UserError(f"{path}: utt2spk file is empty")
+    return out
+
+
+def trn_line(item: Transcript) -> str:
+    """``text (SPEAKER-UTT_ID)``, the line sclite reads (the speaker prefix only when the id lacks it)."""
+    utt_id = item.utt_id
+    if item.speaker is not None and speaker_of_trn_id(utt_id) != item.speaker:
+        utt_id = f"{item.speaker}-{utt_id}"
+    return f"{item.text} ({utt_id})" if item.text else f"({utt_id})"
+
+
+def write_trn(path: str | os.PathLike, items: list[Transcript]) -> None:
+    """Write transcripts as a trn file (atomically)."""
+    atomic_write_text(path, "".join(trn_line(t) + "\n" for t in items))
+
+
+def write_jsonl(path: str | os.PathLike, items: list[Transcript]) -> None:
+    """Write transcripts as JSON lines ``{"id", "speaker", "text"}`` (atomically)."""
+    rows = ({"id": t.utt_id, "speaker": t.speaker, "text": t.text} for t in items)
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def _read_lines(path: str | os.PathLike, what: str) -> list[str]:
+    try:
+        text = read_text(path, what)
+    except UserError:
+        line = _undecodable_line(path)
+        if line is None:
+            raise
+        raise UserError(f"{path}:{line}: {what} is not UTF-8 text") from None
+    return text.removeprefix("\ufeff").splitlines()
+
+
+def _undecodable_line(path: str | os.PathLike) -> int | None:
+    """The line of the first byte that is not UTF-8, or None when the file reads (or cannot be read at all)."""
+    try:
+        data = Path(path).read_bytes()
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return data.count(b"\n", 0, err.start) + 1
+    except OSError:
+        return None
+    return None
+
+
+def _parse_kaldi(line: str, where: str) -> Transcript:
+    utt_id, *text = line.split(maxsplit=1)
+    return Transcript(utt_id, " ".join(text[0].split()) if text else "")
+
+
+def _parse_trn(line: str, where: str) -> Transcript:
+    body = line.rstrip()
+    start = body.rfind("(")
+    if not body.endswith(")") or start < 0:
+        raise UserError(f"{where}: a trn line ends with its utterance id in parentheses, got {body[-80:]!r}")
+    utt_id = body[start + 1 : -1].strip()
+    if not utt_id or any(c.isspace() for c in utt_id):
+        raise UserError(f"{where}: bad utterance id {utt_id!r} (one word expected)")
+    return Transcript(utt_id, " ".join(body[:start].split()), speaker_of_trn_id(utt_id))
+
+
+def _parse_jsonl(line: str, where: str) -> Transcript:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(row, dict):
+        raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    key = next((k for k in _ID_KEYS if k in row), None)
+    if key is None or not isinstance(row[key], str) or not row[key].strip():
+        raise UserError(f"{where}: needs a non-empty string field 'id' (or 'utt_id')")
+    text = row.get("text")
+    if not isinstance(text, str):
+        raise UserError(f"{where}: needs a string field 'text'")
+    speaker = row.get("speaker")
+    if speaker is not None and not isinstance(speaker, str):
+        raise UserError(f"{where}: field 'speaker' must be a string")
+    return Transcript(row[key].strip(), " ".join(text.split()), speaker or None)

@@ -1,0 +1,622 @@
+"""``srupp-asr transcribe``: audio files in, text out (txt, json, srt, vtt, tsv), recordings of any length.
+
+:func:`transcribe` is the whole job as a Python function; the command line is a thin layer over it::
+
+    from srupp_asr.transcribe import transcribe
+    for t in transcribe(["talk.flac", "calls/"], model="exp/synth_en/model", decoding="ctc_prefix_beam"):
+        print(t.path, t.text, [(w.text, w.start, w.end) for s in t.segments for w in s.words])
+
+How a file is decoded depends on its length and the memory budget ``max_chunk_seconds`` (the most audio decoded
+at once):
+
+- files that fit are decoded whole, several at a time (``batch_size``, longest first, the batch's padded length
+  within the budget);
+- a longer recording is read from disk a chunk at a time (so memory stays bounded for any length), decoded chunk
+  by chunk and joined at word boundaries (:mod:`srupp_asr.longform`): overlapping chunks, or with ``vad=True``
+  cuts in silences found by an energy detector.
+
+A file that cannot be read (missing, empty, not audio, truncated) is reported through ``on_error`` with a
+one-line reason and the others are still transcribed. Module-level imports stay light (no torch), so
+``srupp-asr transcribe --help`` starts fast and ``srupp_asr`` can export :func:`transcribe`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srupp_asr.errors import UserError
+from srupp_asr.fileio import read_text
+from srupp_asr.writers import (
+    FORMATS,
+    MAX_SEGMENT_WORDS,
+    SEGMENT_PAUSE,
+    WRITERS,
+    Segment,
+    Transcript,
+    output_names,
+    parse_formats,
+    segment_words,
+    to_json,
+    transcript_text,
+    write_transcript,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from srupp_asr.audio import AudioReader
+    from srupp_asr.decoding import DecodingOptions, Hypothesis
+    from srupp_asr.longform import Chunk
+    from srupp_asr.model import ASRModel
+    from srupp_asr.tokenizer import Tokenizer
+
+DEFAULT_MODEL_ENV = "SRUPP_ASR_DEFAULT_MODEL"
+# srupp_asr.decoding.MODES, spelled out so that --help does not import torch (a test keeps them equal)
+DECODING_MODES = ("ctc_greedy", "ctc_prefix_beam", "joint", "rescoring")
+DEFAULT_DECODING = "ctc_prefix_beam"  # robust at any length; the attention modes suit short utterances
+DEFAULT_BATCH_SIZE = 8
+MAX_CHUNK_SECONDS = 600.0  # the most audio decoded at once (a whole file, a chunk or a padded batch)
+CHUNK_OVERLAP = 10.0  # seconds shared by neighbouring chunks (at most a quarter of a chunk by default)
+VAD_BLOCK_SECONDS = 30.0  # the VAD reads the recording in blocks of this length
+MAX_EXIT_CODE = 100  # the exit code counts failed files, up to this
+# The bar counts seconds of audio; its rate is audio seconds per wall second (the inverse real-time factor).
+PROGRESS = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of audio [{elapsed}<{remaining}, {rate_fmt}]"
+
+
+# ------------------------------------------------------------------------------------------ finding things
+
+
+def default_model_candidates() -> list[Path]:
+    """Where the built-in default model is looked for, in order: ``$SRUPP_ASR_DEFAULT_MODEL``, the offline recipe's
+    ``exp/synth_en/model`` beside the package, ``~/.cache/srupp-asr/default_model``."""
+    env = os.environ.get(DEFAULT_MODEL_ENV)
+    if env:
+        return [Path(env)]  # an explicit choice: no falling back to another model
+    package_root = Path(__file__).resolve().parent.parent
+    return [package_root / "exp" / "synth_en" / "model", Path.home() / ".cache" / "srupp-asr" / "default_model"]
+
+
+def default_model_dir() -> Path:
+    """The built-in default model directory; a UserError saying how to build one when there is none (never a
+    download)."""
+    candidates = default_model_candidates()
+    for path in candidates:
+        if (path / "config.yaml").is_file():
+            return path
+    where = ", ".join(str(p) for p in candidates)
+    raise UserError(
+        f"no model given (--model DIR) and no default model found (looked in {where}); build one offline with "
+        "`make demo` or `recipes/synth_en/run.sh`, or set $" + DEFAULT_MODEL_ENV
+    )
+
+
+def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
+    """The audio files named by ``inputs``, in a fixed order, and one-line problems for inputs that name none.
+
+    An input is a file (taken as it is, whatever its name), a directory (searched recursively for audio file
+    names, sorted, hidden entries skipped) or ``@LIST``, a text file of inputs, one per line (blank lines and
+    ``#`` comments skipped; relative paths are relative to the current directory, as on the command line).
+    A file named twice is transcribed once.
+    """
+    from srupp_asr.audio import AUDIO_EXTENSIONS
+
+    files: list[str] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+
+    def add(path: str) -> None:
+        key = os.path.abspath(path)
+        if key not in seen:
+            seen.add(key)
+            files.append(path)
+
+    for entry in _expand_lists(inputs):
+        if os.path.isdir(entry):
+            found = [path for path in _walk_sorted(entry) if path.lower().endswith(AUDIO_EXTENSIONS)]
+            if not found:
+                problems.append(f"{entry}: no audio files ({', '.join(AUDIO_EXTENSIONS)}) in this directory")
+            for path in found:
+                add(path)
+        else:
+            add(entry)  # a missing or unreadable file is reported when it is opened
+    return files, problems
+
+
+def _expand_lists(inputs: Sequence[str | os.PathLike[str]]) -> Iterator[str]:
+    for item in inputs:
+        entry = os.fspath(item)
+        if entry.startswith("@") and len(entry) > 1:
+            for line in read_text(entry[1:], "list file").splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    yield line
+        else:
+            yield entry
+
+
+def _walk_sorted(folder: str) -> list[str]:
+    """Files under ``folder`` (hidden entries skipped), sorted by their path components below it."""
+    found = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [os.path.join(root, name) for name in names if not name.startswith(".")]
+    return sorted(found, key=lambda path: Path(os.path.relpath(path, folder)).parts)
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``; ``cuda`` without one is a UserError."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: no CUDA device is available here (use --device cpu)")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise UserError(f"--device {device}: unknown device (choose cpu, cuda or auto)")
+    return device
+
+
+# ------------------------------------------------------------------------------------------ the work
+
+
+class UnusableModel(UserError):
+    """The model cannot decode as asked (a mode that needs a head the model lacks): no file can be transcribed."""
+
+
+@dataclass
+class _Job:
+    """One input file: where it is, its output name and length (once probed)."""
+
+    index: int
+    path: str
+    name: str
+    num_samples: int = 0
+
+
+class _Transcriber:
+    """Decodes jobs with one loaded model; holds the options every file shares."""
+
+    def __init__(
+        self,
+        model: ASRModel,
+        tokenizer: Tokenizer,
+        options: DecodingOptions,
+        model_dir: str,
+        max_chunk_seconds: float,
+        chunk_overlap: float,
+        vad: bool,
+        max_segment_words: int,
+        segment_pause: float,
+    ) -> None:
+        from srupp_asr.audio import SAMPLE_RATE
+
+        self.model, self.tokenizer, self.options, self.model_dir = model, tokenizer, options, model_dir
+        self.rate = SAMPLE_RATE
+        self.max_samples = int(max_chunk_seconds * SAMPLE_RATE)
+        self.overlap_samples = int(chunk_overlap * SAMPLE_RATE)
+        self.vad = vad
+        self.max_segment_words, self.segment_pause = max_segment_words, segment_pause
+        self.device = next(model.parameters()).device
+
+    def decode(self, wavs: Sequence[torch.Tensor]) -> list[Hypothesis]:
+        """Hypotheses of a batch of 16 kHz waveforms."""
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+
+        from srupp_asr.decoding import decode
+
+        audio = pad_sequence(list(wavs), batch_first=True).to(self.device)
+        lens = torch.tensor([w.numel() for w in wavs], device=self.device)
+        try:
+            with torch.inference_mode():
+                return decode(self.model, self.tokenizer, audio, lens, self.options)
+        except ValueError as err:  # the model lacks the CTC head or decoder the mode needs
+            raise UnusableModel(f"{self.model_dir}: {err}") from None
+
+    def transcript(
+        self, job: _Job, words: list[Any], text: str, chunks: list[tuple[float, float]], seconds: float
+    ) -> Transcript:
+        """The transcript of ``job`` from its words (absolute times) or, without words, its text."""
+        duration = job.num_samples / self.rate
+        if words:
+            segments = segment_words(words, self.max_segment_words, self.segment_pause)
+        else:
+            segments = [Segment(0.0, duration, text)] if text else []
+        return Transcript(
+            path=job.path,
+            duration=duration,
+            text=transcript_text(segments),
+            segments=segments,
+            model=self.model_dir,
+            decoding=dataclasses.asdict(self.options),
+            chunks=chunks,
+            processing_seconds=seconds,
+        )
+
+    def batches(self, jobs: Sequence[_Job], batch_size: int) -> list[list[_Job]]:
+        """Whole-file jobs grouped longest first: at most ``batch_size`` per batch, padded length within budget."""
+        batches: list[list[_Job]] = []
+        for job in sorted(jobs, key=lambda j: (-j.num_samples, j.index)):
+            # Longest first, so the batch's first job sets its padded length.
+            if (
+                batches
+                and len(batches[-1]) < batch_size
+                and (len(batches[-1]) + 1) * batches[-1][0].num_samples <= (self.max_samples)
+            ):
+                batches[-1].append(job)
+            else:
+                batches.append([job])
+        return batches
+
+    def run_batch(self, batch: Sequence[_Job]) -> list[Transcript]:
+        """Transcripts of whole files decoded together (UserError when one cannot be read: the caller retries
+        them one by one)."""
+        from srupp_asr.audio import load_audio
+
+        begin = time.perf_counter()
+        wavs = [load_audio(job.path) for job in batch]
+        for job, wav in zip(batch, wavs, strict=True):
+            job.num_samples = wav.numel()  # MP3 and some Ogg headers only estimate the length
+        hyps = self.decode(wavs)
+        spent = time.perf_counter() - begin
+        total = sum(job.num_samples for job in batch) or 1
+        return [
+            self.transcript(
+                job, list(h.words), h.text, [(0.0, job.num_samples / self.rate)], spent * job.num_samples / total
+            )
+            for job, h in zip(batch, hyps, strict=True)
+        ]
+
+    def plan(self, reader: AudioReader) -> list[Chunk]:
+        """The chunks of a recording longer than the budget."""
+        from srupp_asr import longform
+
+        silences = None
+        if self.vad:
+            frame = round(longform.VAD_FRAME_SECONDS * self.rate)
+            block = round(VAD_BLOCK_SECONDS / longform.VAD_FRAME_SECONDS) * frame
+            blocks = (wav.numpy() for _, wav in reader.blocks(block))
+            min_frames = round(longform.MIN_SILENCE / longform.VAD_FRAME_SECONDS)
+            silences = longform.silences_from_blocks(blocks, frame, min_frames)
+        return longform.plan_chunks(reader.num_samples, self.max_samples, self.overlap_samples, silences)
+
+    def run_long(self, job: _Job, progress: Callable[[float], None]) -> Transcript:
+        """Transcript of a recording decoded chunk by chunk, read from disk one chunk at a time."""
+        from srupp_asr import longform
+        from srupp_asr.audio import AudioReader
+
+        begin = time.perf_counter()
+        with AudioReader(job.path) as reader:
+            chunks = self.plan(reader)
+            spans = [c.seconds(self.rate) for c in chunks]
+            words, texts = [], []
+            for chunk, (start, _) in zip(chunks, spans, strict=True):
+                wav = reader.read(chunk.start, chunk.end)
+                (hyp,) = self.decode([wav])
+                words.append(longform.shift_words(hyp.words, start))
+                texts.append(hyp.text)
+                progress((chunk.end - chunk.start) / self.rate)
+        merged = longform.merge_chunk_words(spans, words)
+        text = " ".join(t for t in texts if t)
+        return self.transcript(job, merged, text, spans, time.perf_counter() - begin)
+
+
+def transcribe(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    model: str | os.PathLike[str] | None = None,
+    *,
+    output_dir: str | os.PathLike[str] | None = None,
+    output_format: str | Sequence[str] = "txt",
+    device: str = "auto",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    decoding: str = DEFAULT_DECODING,
+    beam: int | None = None,
+    ctc_weight: float | None = None,
+    length_penalty: float | None = None,
+    threads: int | None = None,
+    max_chunk_seconds: float = MAX_CHUNK_SECONDS,
+    chunk_overlap: float | None = None,
+    vad: bool = False,
+    max_segment_words: int = MAX_SEGMENT_WORDS,
+    segment_pause: float = SEGMENT_PAUSE,
+    progress: bool = False,
+    on_error: Callable[[str], None] | None = None,
+    on_transcript: Callable[[Transcript], None] | None = None,
+) -> list[Transcript]:
+    """Transcribe audio files (or directories, or ``@LIST`` files) with a model directory (default: the built-in
+    model); returns the transcripts of the files that could be read, in input order.
+
+    ``output_dir`` set: each transcript is also written there as ``<stem>.<format>`` for each of ``output_format``
+    (``"txt,srt"``, ``"all"``, or a list), atomically. ``decoding``, ``beam``, ``ctc_weight`` and
+    ``length_penalty`` are :class:`srupp_asr.decoding.DecodingOptions` (None: its default). ``on_error(message)``
+    gets a one-line ``"PATH: reason"`` per file that cannot be transcribed; without it the first such file raises
+    :class:`UserError`. ``on_transcript`` is called with each transcript in input order as soon as it is ready.
+    """
+    import torch
+    from tqdm import tqdm
+
+    from srupp_asr.audio import AudioReader
+    from srupp_asr.decoding import DecodingOptions
+    from srupp_asr.export import load_model
+
+    formats = parse_formats(output_format)
+    if chunk_overlap is None:
+        chunk_overlap = min(CHUNK_OVERLAP, max_chunk_seconds / 4)
+    _check_settings(batch_size, threads, max_chunk_seconds, chunk_overlap, max_segment_words, segment_pause)
+    given = {"beam": beam, "ctc_weight": ctc_weight, "length_penalty": length_penalty}
+    try:
+        options = DecodingOptions(mode=decoding, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as err:
+        raise UserError(f"decoding options: {err}") from None
+    if isinstance(inputs, str | os.PathLike):
+        inputs = [inputs]
+
+    def report(message: str) -> None:
+        if on_error is None:
+            raise UserError(message)
+        on_error(message)
+
+    files, problems = find_inputs(inputs)
+    for message in problems:
+        report(message)
+    if not files:
+        return []
+    model_dir = Path(model) if model is not None else default_model_dir()
+    if threads:
+        torch.set_num_threads(threads)
+    net, tokenizer = load_model(model_dir, resolve_device(device))
+    worker = _Transcriber(
+        net,
+        tokenizer,
+        options,
+        str(model_dir),
+        max_chunk_seconds,
+        chunk_overlap,
+        vad,
+        max_segment_words,
+        segment_pause,
+    )
+
+    jobs = [_Job(i, path, name) for i, (path, name) in enumerate(zip(files, output_names(files), strict=True))]
+    in_order = _InOrder(on_transcript)
+
+    def finish(job: _Job, transcript: Transcript | None) -> None:
+        if transcript is not None and output_dir is not None:
+            write_transcript(transcript, output_dir, job.name, formats)
+        in_order.add(job.index, transcript)
+
+    readable: list[_Job] = []
+    for job in jobs:
+        try:
+            with AudioReader(job.path) as reader:
+                job.num_samples = reader.num_samples
+            readable.append(job)
+        except UserError as err:
+            report(str(err))
+            finish(job, None)
+
+    total = sum(job.num_samples for job in readable) / worker.rate
+    short = [job for job in readable if job.num_samples <= worker.max_samples]
+    long = [job for job in readable if job.num_samples > worker.max_samples]
+    bar = tqdm(total=total, desc="transcribing", unit="s", disable=not progress, file=sys.stderr, bar_format=PROGRESS)
+    with bar:
+        for batch in worker.batches(short, batch_size):
+            try:
+                transcripts = worker.run_batch(batch)
+            except UnusableModel:
+                raise
+            except UserError:  # a file could not be decoded after all: find it and keep the others
+                transcripts = [_or_report(lambda job=job: worker.run_batch([job])[0], report) for job in batch]
+            for job, transcript in zip(batch, transcripts, strict=True):
+                finish(job, transcript)
+            bar.update(sum(job.num_samples for job in batch) / worker.rate)
+        for job in long:
+            finish(job, _or_report(lambda job=job: worker.run_long(job, bar.update), report))
+    return in_order.done
+
+
+def _or_report(work: Callable[[], Transcript], report: Callable[[str], None]) -> Transcript | None:
+    """``work()``, or None after reporting the UserError it raised."""
+    try:
+        return work()
+    except UnusableModel:
+        raise
+    except UserError as err:
+        report(str(err))
+        return None
+
+
+class _InOrder:
+    """Collects transcripts arriving in any order and hands them over in input order."""
+
+    def __init__(self, callback: Callable[[Transcript], None] | None) -> None:
+        self.callback = callback
+        self.pending: dict[int, Transcript | None] = {}
+        self.next = 0
+        self.done: list[Transcript] = []
+
+    def add(self, index: int, transcript: Transcript | None) -> None:
+        """Record the result of input ``index`` (None: it failed) and hand over all that are now in order."""
+        self.pending[index] = transcript
+        while self.next in self.pending:
+            ready = self.pending.pop(self.next)
+            self.next += 1
+            if ready is not None:
+                self.done.append(ready)
+                if self.callback is not None:
+                    self.callback(ready)
+
+
+def _check_settings(
+    batch_size: int,
+    threads: int | None,
+    max_chunk_seconds: float,
+    chunk_overlap: float,
+    max_segment_words: int,
+    segment_pause: float,
+) -> None:
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+    if threads is not None and threads < 1:
+        raise UserError(f"--threads must be at least 1, got {threads}")
+    if not max_chunk_seconds > 0:
+        raise UserError(f"--max-chunk-seconds must be positive, got {max_chunk_seconds}")
+    if not 0 <= chunk_overlap <= max_chunk_seconds / 2:
+        raise UserError(f"--chunk-overlap must be in [0, max-chunk-seconds / 2], got {chunk_overlap}")
+    if max_segment_words < 1:
+        raise UserError(f"--max-segment-words must be at least 1, got {max_segment_words}")
+    if segment_pause < 0:
+        raise UserError(f"--segment-pause must not be negative, got {segment_pause}")
+
+
+# ------------------------------------------------------------------------------------------ command line
+
+
+def _stdout_printer(fmt: str, several: bool) -> Callable[[Transcript], None]:
+    """What prints each transcript when no --output-dir is given."""
+    if not several:
+        return lambda t: print(WRITERS[fmt](t), end="", flush=True)
+    if fmt == "txt":
+        return lambda t: print(f"{t.path}\t{t.text}", flush=True)
+    return lambda t: print(to_json(t, indent=None), end="", flush=True)  # JSON lines
+
+
+def transcribe_command(args: argparse.Namespace) -> int:
+    """``srupp-asr transcribe``: returns the number of files that failed (at most 100)."""
+    inputs = list(args.inputs) + [f"@{path}" for path in args.list or []]
+    if not inputs:
+        raise UserError("no audio given (files, directories, @LIST or --list LIST)")
+    formats = parse_formats(args.output_format)
+    on_transcript = None
+    if args.output_dir is None:
+        if len(formats) > 1:
+            raise UserError("several output formats need --output-dir")
+        several = len(find_inputs(inputs)[0]) > 1
+        if several and formats[0] not in ("txt", "json"):
+            raise UserError(f"{formats[0]} for several files needs --output-dir (stdout takes txt or json)")
+        on_transcript = _stdout_printer(formats[0], several)
+    failed = 0
+
+    def on_error(message: str) -> None:
+        nonlocal failed
+        failed += 1
+        print(f"srupp-asr transcribe: error: {message}", file=sys.stderr, flush=True)
+
+    begin = time.perf_counter()
+    transcripts = transcribe(
+        inputs,
+        args.model,
+        output_dir=args.output_dir,
+        output_format=formats,
+        device=args.device,
+        batch_size=args.batch_size,
+        decoding=args.decoding,
+        beam=args.beam,
+        ctc_weight=args.ctc_weight,
+        length_penalty=args.length_penalty,
+        threads=args.threads,
+        max_chunk_seconds=args.max_chunk_seconds,
+        chunk_overlap=args.chunk_overlap,
+        vad=args.vad,
+        max_segment_words=args.max_segment_words,
+        segment_pause=args.segment_pause,
+        progress=not args.quiet and sys.stderr.isatty(),
+        on_error=on_error,
+        on_transcript=on_transcript,
+    )
+    wall = time.perf_counter() - begin
+    if not args.quiet:
+        print(summary_line(len(transcripts), failed, sum(t.duration for t in transcripts), wall), file=sys.stderr)
+    return min(failed, MAX_EXIT_CODE)
+
+
+def summary_line(files: int, failed: int, audio_seconds: float, wall_seconds: float) -> str:
+    """``transcribed 3 files (1 failed): 1:02:03.4 of audio in 45.2 s, real-time factor 0.0121``."""
+    rtf = f"{wall_seconds / audio_seconds:.4f}" if audio_seconds > 0 else "-"
+    failures = f" ({failed} failed)" if failed else ""
+    minutes, secs = divmod(audio_seconds, 60)
+    hours, minutes = divmod(int(minutes), 60)
+    length = f"{hours}:{minutes:02d}:{secs:04.1f}" if hours else f"{minutes}:{secs:04.1f}"
+    return (
+        f"transcribed {files} file{'s' if files != 1 else ''}{failures}: {length} of audio "
+        f"in {wall_seconds:.1f} s, real-time factor {rtf}"
+    )
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``transcribe`` sub-command."""
+    p = subparsers.add_parser(
+        "transcribe",
+        help="transcribe audio files (txt, json, srt, vtt, tsv; long recordings)",
+        description="Transcribe audio files. Exit code: the number of files that failed (at most 100); "
+        "2 for a usage or model error.",
+    )
+    p.add_argument("inputs", nargs="*", metavar="AUDIO", help="audio files, directories (recursive) or @LIST files")
+    p.add_argument("--list", action="append", metavar="LIST", help="a text file of inputs, one per line")
+    p.add_argument("--model", metavar="DIR", help="model directory (default: the built-in model, see README)")
+    p.add_argument(
+        "-f",
+        "--output-format",
+        default="txt",
+        metavar="FMT",
+        help=f"comma-separated formats ({', '.join(FORMATS)}) or all (default txt)",
+    )
+    p.add_argument(
+        "-o",
+        "--output-dir",
+        metavar="DIR",
+        help="write <stem>.<format> files here (default: print to stdout: the text of one file, "
+        "PATH<TAB>text lines or JSON lines for several)",
+    )
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"short files decoded together (default {DEFAULT_BATCH_SIZE})",
+    )
+    p.add_argument(
+        "--decoding",
+        default=DEFAULT_DECODING,
+        choices=DECODING_MODES,
+        help=f"decoding mode (default {DEFAULT_DECODING})",
+    )
+    p.add_argument("--beam", type=int, help="beam size of the beam modes (default 10)")
+    p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
+    p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument(
+        "--max-chunk-seconds",
+        type=float,
+        default=MAX_CHUNK_SECONDS,
+        help=f"memory budget: the most audio decoded at once; longer files are chunked (default {MAX_CHUNK_SECONDS:g})",
+    )
+    p.add_argument(
+        "--chunk-overlap",
+        type=float,
+        help=f"seconds shared by neighbouring chunks (default {CHUNK_OVERLAP:g}, at most a quarter of a chunk)",
+    )
+    p.add_argument("--vad", action="store_true", help="cut long recordings in silences (energy VAD)")
+    p.add_argument(
+        "--max-segment-words",
+        type=int,
+        default=MAX_SEGMENT_WORDS,
+        help=f"most words in a segment / subtitle (default {MAX_SEGMENT_WORDS})",
+    )
+    p.add_argument(
+        "--segment-pause",
+        type=float,
+        default=SEGMENT_PAUSE,
+        help=f"a pause this long (seconds) ends a segment (default {SEGMENT_PAUSE:g})",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary line")
+    p.set_defaults(func=transcribe_command)
+    return p

@@ -1,0 +1,225 @@
+"""Transcripts and their output formats: txt, json, srt, vtt, tsv.
+
+A :class:`Transcript` is what ``transcribe`` makes of one file: its text, its segments (runs of at most
+``max_words`` words, broken where the speaker pauses) with their words, and how it was decoded. The
+writers render it; :func:`write_transcript` writes the chosen formats atomically. Times are seconds from
+the start of the file; the formats round them to milliseconds:
+
+- ``srt``: numbered cues, ``hh:mm:ss,mmm --> hh:mm:ss,mmm``;
+- ``vtt``: ``WEBVTT`` then cues, ``hh:mm:ss.mmm --> hh:mm:ss.mmm``;
+- ``tsv``: ``start<TAB>end<TAB>text`` in integer milliseconds with a header line, as Whisper writes it;
+- ``txt``: one segment per line;
+- ``json``: everything, words with start, end and confidence included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from srupp_asr.errors import UserError
+from srupp_asr.fileio import atomic_write_text
+
+FORMATS = ("txt", "json", "srt", "vtt", "tsv")
+MAX_SEGMENT_WORDS = 12  # subtitle-sized segments: a line or two on screen
+SEGMENT_PAUSE = 0.8  # seconds of silence between two words that end a segment
+
+
+class TimedWord(Protocol):
+    """A recognised word with its time span (seconds) and confidence in [0, 1] (``srupp_asr.decoding.Word``)."""
+
+    text: str
+    start: float
+    end: float
+    confidence: float
+
+
+@dataclass
+class Segment:
+    """A stretch of the transcript: its span (seconds), text and words (empty when the model gave no times)."""
+
+    start: float
+    end: float
+    text: str
+    words: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class Transcript:
+    """The transcription of one audio file and how it was made."""
+
+    path: str
+    duration: float  # seconds of audio
+    text: str
+    segments: list[Segment]
+    model: str = ""  # the model directory
+    decoding: dict[str, Any] = field(default_factory=dict)  # the decoding options
+    chunks: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each decoded piece
+    processing_seconds: float = 0.0  # wall time spent on this file
+
+
+def segment_words(
+    words: Sequence[TimedWord], max_words: int = MAX_SEGMENT_WORDS, pause: float = SEGMENT_PAUSE
+) -> list[Segment]:
+    """Group words into segments of at most ``max_words``, starting a new one after a silence of ``pause``
+    seconds or more."""
+    if max_words < 1:
+        raise ValueError(f"max_words must be at least 1, got {max_words}")
+    groups: list[list[TimedWord]] = []
+    for word in words:
+        if not groups or len(groups[-1]) >= max_words or word.start - groups[-1][-1].end >= pause:
+            groups.append([])
+        groups[-1].append(word)
+    return [Segment(g[0].start, g[-1].end, " ".join(w.text for w in g), list(g)) for g in groups]
+
+
+def transcript_text(segments: Iterable[Segment]) -> str:
+    """The whole text of ``segments`` on one line."""
+    return " ".join(s.text for s in segments if s.text)
+
+
+# ------------------------------------------------------------------------------------------ time stamps
+
+
+def format_timestamp(seconds: float, decimal_marker: str = ".") -> str:
+    """``hh:mm:ss.mmm`` (SubRip uses ``,`` as ``decimal_marker``); hours grow past two digits when needed."""
+    if seconds < 0:
+        raise ValueError(f"a time stamp cannot be negative, got {seconds}")
+    millis = round(seconds * 1000)
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    secs, millis = divmod(millis, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{decimal_marker}{millis:03d}"
+
+
+def _cue_times(segment: Segment, marker: str) -> str:
+    # A cue must not end before it starts once both are rounded to milliseconds.
+    end = max(segment.end, segment.start)
+    return f"{format_timestamp(segment.start, marker)} --> {format_timestamp(end, marker)}"
+
+
+# ------------------------------------------------------------------------------------------ the formats
+
+
+def to_txt(transcript: Transcript) -> str:
+    """One segment per line."""
+    return "".join(f"{s.text}\n" for s in transcript.segments if s.text)
+
+
+def to_srt(transcript: Transcript) -> str:
+    """SubRip subtitles: numbered cues with ``hh:mm:ss,mmm`` times."""
+    cues = [s for s in transcript.segments if s.text]
+    return "\n".join(f"{i}\n{_cue_times(s, ',')}\n{s.text}\n" for i, s in enumerate(cues, start=1))
+
+
+def to_vtt(transcript: Transcript) -> str:
+    """WebVTT subtitles with ``hh:mm:ss.mmm`` times."""
+    cues = [s for s in transcript.segments if s.text]
+    body = "".join(f"{_cue_times(s, '.')}\n{_vtt_escape(s.text)}\n\n" for s in cues)
+    return f"WEBVTT\n\n{body}"
+
+
+def _vtt_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def to_tsv(transcript: Transcript) -> str:
+    """``start<TAB>end<TAB>text`` per segment, times in integer milliseconds, with a header line (as Whisper)."""
+    rows = ["start\tend\ttext"]
+    for s in transcript.segments:
+        if s.text:
+            text = " ".join(s.text.split())  # no tab or newline inside a field
+            rows.append(f"{round(s.start * 1000)}\t{round(max(s.end, s.start) * 1000)}\t{text}")
+    return "\n".join(rows) + "\n"
+
+
+def to_dict(transcript: Transcript) -> dict[str, Any]:
+    """The transcript as plain JSON-ready data (times in seconds rounded to milliseconds)."""
+    return {
+        "audio": transcript.path,
+        "duration": round(transcript.duration, 3),
+        "text": transcript.text,
+        "segments": [
+            {
+                "id": i,
+                "start": round(s.start, 3),
+                "end": round(s.end, 3),
+                "text": s.text,
+                "words": [
+                    {
+                        "word": w.text,
+                        "start": round(w.start, 3),
+                        "end": round(w.end, 3),
+                        "confidence": round(float(w.confidence), 4),
+                    }
+                    for w in s.words
+                ],
+            }
+            for i, s in enumerate(transcript.segments)
+        ],
+        "model": transcript.model,
+        "decoding": transcript.decoding,
+        "chunks": [[round(a, 3), round(b, 3)] for a, b in transcript.chunks],
+        "processing_seconds": round(transcript.processing_seconds, 3),
+        "real_time_factor": round(transcript.processing_seconds / transcript.duration, 4) if transcript.duration else 0,
+    }
+
+
+def to_json(transcript: Transcript, indent: int | None = 2) -> str:
+    """:func:`to_dict` as JSON text (``indent=None``: one line)."""
+    return json.dumps(to_dict(transcript), ensure_ascii=False, indent=indent) + "\n"
+
+
+WRITERS: dict[str, Callable[[Transcript], str]] = {
+    "txt": to_txt,
+    "json": to_json,
+    "srt": to_srt,
+    "vtt": to_vtt,
+    "tsv": to_tsv,
+}
+
+
+def parse_formats(spec: str | Sequence[str]) -> list[str]:
+    """``"txt,srt"``, ``"all"`` or a list of names -> the formats in a fixed order; unknown names are a UserError."""
+    names = spec.split(",") if isinstance(spec, str) else list(spec)
+    names = [n.strip().lower() for n in names if n.strip()]
+    if "all" in names:
+        return list(FORMATS)
+    unknown = [n for n in names if n not in FORMATS]
+    if unknown or not names:
+        raise UserError(
+            f"unknown output format {', '.join(unknown) or repr(spec)} (choose from {', '.join(FORMATS)}, all)"
+        )
+    return [f for f in FORMATS if f in names]
+
+
+def output_names(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """A distinct output name (without extension) per input, from its stem: ``talk``, then ``talk-2``, ``talk-3``
+    for later inputs with the same stem (compared case-insensitively, as some file systems do)."""
+    names: list[str] = []
+    taken: set[str] = set()
+    for path in paths:
+        stem = Path(path).stem or "audio"
+        name, k = stem, 1
+        while name.casefold() in taken:
+            k += 1
+            name = f"{stem}-{k}"
+        taken.add(name.casefold())
+        names.append(name)
+    return names
+
+
+def write_transcript(
+    transcript: Transcript, out_dir: str | os.PathLike[str], name: str, formats: Sequence[str]
+) -> list[Path]:
+    """Write ``out_dir/name.<format>`` for each format, each file atomically; returns the paths."""
+    written = []
+    for fmt in formats:
+        path = Path(out_dir) / f"{name}.{fmt}"
+        atomic_write_text(path, WRITERS[fmt](transcript))
+        written.append(path)
+    return written

@@ -1,0 +1,260 @@
+"""Decoding a model trained in the session fixture (``overfit_model_dir``: a small SRU++ model that memorised 20
+espeak-ng sentences): every mode gives the references, batches agree with single utterances, the modes agree with
+each other where theory says they must, and the timestamps and words are consistent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from srupp_asr.audio import load_audio
+from srupp_asr.decoding import MODES, DecodingOptions, Hypothesis, decode, decode_encoded, frame_shift_seconds
+from srupp_asr.decoding.alignment import align_hypothesis
+from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
+from srupp_asr.export import load_model
+from srupp_asr.model import SOS_EOS_ID, ASRModel
+from srupp_asr.text import normalize_text
+
+# The fixture model is trained with ctc_weight 0.5 and stops as soon as greedy CTC is exact, when its attention
+# decoder alone still slips on a few doubled letters; joint decoding and rescoring use the training weight.
+TRAINED_CTC_WEIGHT = 0.5
+
+
+@pytest.fixture(scope="module")
+def overfit(overfit_model_dir: tuple[Path, list[tuple[Path, str]]]):
+    """(model, tokenizer, padded audio, audio lengths, reference texts) of the overfit model's utterances."""
+    model_dir, utterances = overfit_model_dir
+    model, tokenizer = load_model(model_dir)
+    waves = [load_audio(path) for path, _ in utterances]
+    lens = torch.tensor([w.numel() for w in waves])
+    audio = torch.zeros(len(waves), int(lens.max()))
+    for i, w in enumerate(waves):
+        audio[i, : w.numel()] = w
+    return model, tokenizer, audio, lens, [text for _, text in utterances]
+
+
+def options_for(mode: str, **kwargs) -> DecodingOptions:
+    """The test's options for ``mode``: the default beam (10), the training's CTC weight."""
+    return DecodingOptions(mode=mode, ctc_weight=TRAINED_CTC_WEIGHT, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def batched(overfit) -> dict[str, list[Hypothesis]]:
+    """Every mode's hypotheses for all utterances decoded as one batch."""
+    model, tokenizer, audio, lens, _ = overfit
+    return {mode: decode(model, tokenizer, audio, lens, options_for(mode)) for mode in MODES}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_transcribes_the_memorised_utterances_exactly(batched, overfit, mode: str) -> None:
+    """Each mode's text is the reference for all 20 utterances."""
+    texts = overfit[4]
+    wrong = [(ref, h.text) for ref, h in zip(texts, batched[mode], strict=True) if h.text != normalize_text(ref)]
+    assert not wrong
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batched_decoding_equals_one_utterance_at_a_time(batched, overfit, mode: str) -> None:
+    """Decoding each utterance alone gives the same tokens, scores (1e-4) and token times as the padded batch."""
+    model, tokenizer, audio, lens, _ = overfit
+    for b in range(audio.shape[0]):
+        alone = decode(model, tokenizer, audio[b : b + 1, : lens[b]], lens[b : b + 1], options_for(mode))[0]
+        together = batched[mode][b]
+        assert alone.tokens == together.tokens
+        assert alone.score == pytest.approx(together.score, abs=1e-4)
+        assert alone.token_times == together.token_times
+
+
+def test_joint_search_with_ctc_weight_1_finds_the_prefix_beam_search_best(overfit) -> None:
+    """Joint search scored by CTC alone ends with the prefix beam search's best labelling, scored by its exact
+    total CTC probability (the prefix beam's own score can only miss paths it pruned)."""
+    model, tokenizer, audio, lens, _ = overfit
+    joint = decode(model, tokenizer, audio, lens, DecodingOptions(mode="joint", ctc_weight=1.0))
+    prefix = decode(model, tokenizer, audio, lens, DecodingOptions(mode="ctc_prefix_beam"))
+    assert [h.tokens for h in joint] == [h.tokens for h in prefix]
+    with torch.inference_mode():
+        enc, enc_lens = model.encode(audio, lens)
+        log_probs = model.ctc_log_probs(enc)
+    for b, (j, p) in enumerate(zip(joint, prefix, strict=True)):
+        exact = -F.ctc_loss(
+            log_probs[b, : enc_lens[b], None], torch.tensor([j.tokens]), enc_lens[b : b + 1],
+            torch.tensor([len(j.tokens)]), reduction="sum",
+        ).item()  # fmt: skip
+        assert j.score == pytest.approx(exact, abs=1e-4)
+        assert p.score <= exact + 1e-4
+
+
+def greedy_attention(model: ASRModel, enc: torch.Tensor, enc_lens: torch.Tensor) -> tuple[list[int], float]:
+    """Greedy attention decoding of one utterance, naively: the full teacher-forced decoder pass at every step;
+    at the maximum length (one token per encoder frame) the hypothesis is ended by <sos/eos>."""
+    ys, score = [SOS_EOS_ID], 0.0
+    while True:
+        logits = model.decoder(enc, enc_lens, torch.tensor([ys]), torch.tensor([len(ys)]))
+        log_probs = logits[0, -1].log_softmax(-1)
+        token = SOS_EOS_ID if len(ys) - 1 == int(enc_lens[0]) else int(log_probs.argmax())
+        score += float(log_probs[token])
+        if token == SOS_EOS_ID:
+            return ys[1:], score
+        ys.append(token)
+
+
+def test_joint_search_with_beam_1_and_no_ctc_is_greedy_attention_decoding(overfit) -> None:
+    """With one hypothesis and ``ctc_weight=0`` the search is the decoder's argmax at every step."""
+    model, tokenizer, audio, lens, _ = overfit
+    with torch.inference_mode():
+        enc, enc_lens = model.encode(audio, lens)
+        hyps = decode_encoded(model, tokenizer, enc, enc_lens, DecodingOptions(mode="joint", beam=1, ctc_weight=0.0))
+        for b, nbest in enumerate(hyps):
+            tokens, score = greedy_attention(model, enc[b : b + 1, : enc_lens[b]], enc_lens[b : b + 1])
+            assert nbest[0].tokens == tokens
+            assert nbest[0].score == pytest.approx(score, abs=1e-4)
+
+
+def test_prefix_beam_search_agrees_with_flashlight_on_the_model_outputs(overfit) -> None:
+    """On the model's CTC log-probabilities flashlight-text's lexicon-free decoder finds the same best labellings."""
+    from torchaudio.models.decoder import ctc_decoder
+
+    model, _, audio, lens, _ = overfit
+    with torch.inference_mode():
+        enc, enc_lens = model.encode(audio, lens)
+        log_probs = model.ctc_log_probs(enc)
+    V = log_probs.shape[-1]
+    tokens = ["<blank>"] + [f"t{i}" for i in range(1, V)] + ["|"]  # pieces may repeat; ids are what count
+    flashlight = ctc_decoder(
+        lexicon=None, tokens=tokens, lm=None, beam_size=10, beam_size_token=V, beam_threshold=1e9, log_add=True,
+        blank_token="<blank>", sil_token="|",
+    )  # fmt: skip
+    emissions = torch.cat([log_probs, torch.full((*log_probs.shape[:2], 1), -1e10)], -1)
+    theirs = [[t for t in hyps[0].tokens.tolist() if t != V] for hyps in flashlight(emissions, enc_lens.int())]
+    ours = [hyps[0][0] for hyps in ctc_prefix_beam_search(log_probs, enc_lens, beam=10)]
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_timestamps_are_ordered_inside_the_audio_and_words_spell_the_text(batched, overfit, mode: str) -> None:
+    """Token times rise, words lie inside the audio in order with confidences in [0, 1], and the words joined by
+    spaces are the hypothesis text."""
+    lens = overfit[3]
+    for hyp, samples in zip(batched[mode], lens.tolist(), strict=True):
+        duration = samples / 16000
+        assert len(hyp.token_times) == len(hyp.tokens)
+        assert hyp.token_times == sorted(hyp.token_times) and len(set(hyp.token_times)) == len(hyp.token_times)
+        assert " ".join(w.text for w in hyp.words) == hyp.text
+        previous_end = 0.0
+        for word in hyp.words:
+            assert previous_end <= word.start < word.end <= duration
+            assert 0.5 < word.confidence <= 1.0  # a memorised utterance: confident
+            previous_end = word.end
+
+
+def test_alignment_gives_token_spans_word_times_and_peak_posterior_confidence(overfit) -> None:
+    """On log-probabilities built around a known path, tokens start where the path first emits them, words span
+    their first token's start to their last token's end, and a word's confidence is the mean of its tokens' peak
+    posteriors along the path."""
+    tokenizer = overfit[1]
+    tokens = tokenizer.encode("the sun")
+    assert [tokenizer.id_to_piece(t) for t in tokens] == ["▁", "t", "h", "e", "▁", "s", "u", "n"]
+    # Frames (label, probability of that label): blanks between, "e" held for two frames with different peaks.
+    path = [(0, 0.9), *[(t, 0.9) for t in tokens[:3]], (0, 0.9), (tokens[3], 0.6), (tokens[3], 0.7), (0, 0.9)]
+    path += [(t, 0.8) for t in tokens[4:]] + [(0, 0.9)] * 2
+    V, T = tokenizer.vocab_size, len(path)
+    probs = torch.full((T, V), 0.0)
+    for t, (label, p) in enumerate(path):
+        probs[t] = (1 - p) / (V - 1)
+        probs[t, label] = p
+    times, words = align_hypothesis(probs.log(), tokens, tokenizer, frame_shift=0.04, num_frames=T)
+    starts = [1, 2, 3, 5, 8, 9, 10, 11]
+    assert times == pytest.approx([0.04 * f for f in starts])
+    assert [w.text for w in words] == ["the", "sun"]
+    assert (words[0].start, words[0].end) == pytest.approx((0.04, 0.04 * 7))
+    assert (words[1].start, words[1].end) == pytest.approx((0.04 * 8, 0.04 * 12))
+    assert words[0].confidence == pytest.approx((0.9 * 3 + 0.7) / 4, abs=1e-5)
+    assert words[1].confidence == pytest.approx(0.8, abs=1e-5)
+
+
+def test_nbest_lists_are_distinct_and_best_first(overfit) -> None:
+    """With ``nbest=3`` every beam mode returns three different hypotheses, sorted by score."""
+    model, tokenizer, audio, lens, _ = overfit
+    with torch.inference_mode():
+        enc, enc_lens = model.encode(audio[:4], lens[:4])
+    for mode in ("ctc_prefix_beam", "joint", "rescoring"):
+        for nbest in decode_encoded(model, tokenizer, enc, enc_lens, options_for(mode, nbest=3)):
+            assert len(nbest) == 3
+            assert len({tuple(h.tokens) for h in nbest}) == 3
+            assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
+
+
+def test_joint_search_stops_at_the_maximum_length(overfit) -> None:
+    """With ``maxlen_ratio`` no hypothesis has more than that share of the encoder frames in tokens."""
+    model, tokenizer, audio, lens, _ = overfit
+    with torch.inference_mode():
+        enc, enc_lens = model.encode(audio[:3], lens[:3])
+    options = DecodingOptions(mode="joint", ctc_weight=TRAINED_CTC_WEIGHT, maxlen_ratio=0.1)
+    for nbest, frames in zip(decode_encoded(model, tokenizer, enc, enc_lens, options), enc_lens.tolist(), strict=True):
+        assert 0 < len(nbest[0].tokens) <= int(0.1 * frames)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_audio_too_short_for_one_frame_decodes_to_nothing(overfit, mode: str) -> None:
+    """An utterance with no encoder frames, batched with a real one, gets the empty hypothesis; the other is intact."""
+    model, tokenizer, audio, lens, texts = overfit
+    short = torch.tensor([lens[0].item(), 300])
+    hyps = decode(model, tokenizer, audio[:2, : lens[0]], short, options_for(mode))
+    assert hyps[0].text == normalize_text(texts[0])
+    assert hyps[1].tokens == [] and hyps[1].text == "" and hyps[1].words == [] and hyps[1].token_times == []
+
+
+def tiny_model(**kwargs) -> ASRModel:
+    """A small untrained model."""
+    conf = {"d_model": 32, "num_layers": 1, "attn_dim": 16, "num_heads": 1}
+    decoder = {"d_model": 16, "num_layers": 1, "num_heads": 1, "ffn_dim": 32}
+    return ASRModel(vocab_size=8, d_model=32, encoder_conf=conf, decoder_conf=decoder, **kwargs).eval()
+
+
+@pytest.mark.parametrize(("subsampling", "seconds"), [(4, 0.04), (6, 0.06), (8, 0.08)])
+def test_frame_shift_follows_the_models_subsampling(subsampling: int, seconds: float) -> None:
+    """10 ms filterbank frames times the subsampling factor."""
+    assert frame_shift_seconds(tiny_model(subsampling=subsampling)) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("model_ctc_weight", "options", "missing"),
+    [
+        (1.0, DecodingOptions(mode="joint", ctc_weight=0.3), "decoder"),
+        (1.0, DecodingOptions(mode="rescoring"), "decoder"),
+        (0.0, DecodingOptions(mode="ctc_greedy"), "CTC"),
+        (0.0, DecodingOptions(mode="joint", ctc_weight=0.3), "CTC"),
+    ],
+)
+def test_a_mode_needing_a_head_the_model_lacks_is_refused(model_ctc_weight, options, missing) -> None:
+    """A model trained without a decoder (or a CTC head) cannot decode with it: a ValueError says which."""
+    model = tiny_model(ctc_weight=model_ctc_weight)
+    with pytest.raises(ValueError, match=missing):
+        decode(model, None, torch.zeros(1, 16000), torch.tensor([16000]), options)
+
+
+def test_attention_only_model_decodes_with_joint_search_and_spread_times(overfit) -> None:
+    """``joint`` with ``ctc_weight=0`` runs on a model without a CTC head; its tokens get evenly spread times."""
+    tokenizer = overfit[1]
+    model = tiny_model(ctc_weight=0.0)
+    model.decoder.output.bias.data[3] = 50.0  # token 3 at every step; the length bonus keeps it to the limit
+    options = DecodingOptions("joint", ctc_weight=0.0, length_penalty=1.0)
+    hyp = decode(model, tokenizer, torch.zeros(1, 8000), torch.tensor([8000]), options)[0]
+    frames = int(model.encode(torch.zeros(1, 8000), torch.tensor([8000]))[1])
+    assert hyp.tokens == [3] * frames
+    assert hyp.token_times == pytest.approx([0.04 * f for f in range(frames)])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", MODES)
+def test_cuda_decoding_equals_cpu_decoding(batched, overfit, mode: str) -> None:
+    """On the GPU every mode gives the CPU's hypotheses (scores within 1e-3)."""
+    model, tokenizer, audio, lens, _ = overfit
+    gpu = decode(model.to("cuda"), tokenizer, audio, lens, options_for(mode))
+    model.to("cpu")
+    assert [h.tokens for h in gpu] == [h.tokens for h in batched[mode]]
+    assert [h.score for h in gpu] == pytest.approx([h.score for h in batched[mode]], abs=1e-3)

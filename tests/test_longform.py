@@ -1,0 +1,167 @@
+"""Long recordings without a model: chunk plans, the energy VAD, and joining the words of overlapping chunks."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from srupp_asr.longform import (
+    Chunk,
+    energy_threshold_db,
+    find_silences,
+    frame_energies_db,
+    merge_chunk_words,
+    plan_chunks,
+    shift_words,
+    silences_from_blocks,
+)
+
+
+@dataclass
+class W:
+    text: str
+    start: float
+    end: float
+    confidence: float = 1.0
+
+
+def _covers(chunks, total):
+    assert chunks[0].start == 0 and chunks[-1].end == total
+    for a, b in itertools.pairwise(chunks):
+        assert b.start <= a.end, "a gap between chunks"
+        assert b.start > a.start
+
+
+def test_a_recording_within_the_budget_is_one_chunk():
+    assert plan_chunks(100, 100, 10) == [Chunk(0, 100)]
+    assert plan_chunks(5, 100, 10, silences=[(1, 2)]) == [Chunk(0, 5)]
+
+
+@pytest.mark.parametrize(("total", "max_len", "overlap"), [(1000, 300, 50), (1001, 300, 0), (10_000, 997, 100)])
+def test_overlapping_chunks_are_equal_within_budget_and_overlap_as_asked(total, max_len, overlap):
+    chunks = plan_chunks(total, max_len, overlap)
+    _covers(chunks, total)
+    lengths = [c.end - c.start for c in chunks]
+    assert max(lengths) <= max_len and max(lengths) - min(lengths) <= 1
+    assert all(a.end - b.start == pytest.approx(overlap, abs=1) for a, b in itertools.pairwise(chunks))
+    # As few chunks as the budget allows: one fewer would not fit.
+    n = len(chunks)
+    assert (total - overlap) / (n - 1) + overlap > max_len
+
+
+def test_vad_cuts_in_the_middle_of_the_latest_silence_that_fits():
+    # Silences centred at 150, 250, 480, 700; chunks up to 300.
+    silences = [(140, 160), (240, 260), (470, 490), (690, 710)]
+    chunks = plan_chunks(900, 300, 50, silences)
+    assert chunks == [Chunk(0, 250), Chunk(250, 480), Chunk(480, 700), Chunk(700, 900)]
+
+
+def test_vad_prefers_a_cut_past_half_the_budget_and_falls_back_to_an_earlier_one():
+    # Only silence within reach of the first chunk is at 50 (< half of 300): still better than cutting speech.
+    assert plan_chunks(500, 300, 20, [(40, 60)])[0] == Chunk(0, 50)
+
+
+def test_a_long_stretch_without_silence_gets_overlapping_chunks():
+    # Speech from 100 to 1000 without a pause; chunks of 300 overlapping by 30.
+    chunks = plan_chunks(1200, 300, 30, [(90, 110), (990, 1010)])
+    _covers(chunks, 1200)
+    assert chunks[0] == Chunk(0, 100)
+    middle = [c for c in chunks if c.start >= 100 and c.end <= 1000]
+    assert middle[0].start == 100 and middle[-1].end == 1000
+    assert all(a.end - b.start == pytest.approx(30, abs=1) for a, b in itertools.pairwise(middle))
+    assert chunks[-1] == Chunk(1000, 1200)
+    assert max(c.end - c.start for c in chunks) <= 300
+
+
+def test_bad_budgets_are_refused():
+    with pytest.raises(ValueError):
+        plan_chunks(100, 0, 0)
+    with pytest.raises(ValueError):
+        plan_chunks(100, 10, 10)
+
+
+def test_energies_are_db_of_full_scale_with_a_floor():
+    frame = 160
+    wav = np.concatenate([np.zeros(frame), np.full(frame, 1.0), np.full(frame, 0.1), np.zeros(50)])
+    np.testing.assert_allclose(frame_energies_db(wav, frame), [-100.0, 0.0, -20.0])
+
+
+def test_silences_are_runs_of_quiet_frames_long_enough():
+    energies = np.array([-20.0] * 5 + [-90.0] * 3 + [-20.0] * 2 + [-90.0] * 30 + [-20.0] * 4 + [-90.0] * 6)
+    # Threshold between floor and speech; runs of at least 4 frames count: 30 in the middle and 6 at the end.
+    assert find_silences(energies, frame_samples=10, min_silence_frames=4) == [(100, 400), (440, 500)]
+    assert find_silences(energies, frame_samples=10, min_silence_frames=4, threshold_db=-95.0) == []
+
+
+def test_threshold_sits_between_noise_floor_and_speech():
+    energies = np.array([-60.0] * 50 + [-20.0] * 50)
+    assert energy_threshold_db(energies) == pytest.approx(-40.0)  # halfway from -60 to -20
+    # Digital silence (-100 dB) counts as 60 dB below the speech, so the threshold stays out of faint noise.
+    assert energy_threshold_db(np.array([-100.0] * 50 + [-10.0] * 50)) == pytest.approx(-40.0)
+    assert energy_threshold_db(np.full(10, -30.0)) == pytest.approx(-24.0)  # at least the margin above the floor
+
+
+def test_silences_from_blocks_equal_those_of_the_whole_signal():
+    rng = np.random.default_rng(0)
+    speech = 0.3 * rng.standard_normal(16000)
+    wav = np.concatenate([speech, np.zeros(8000), speech, 0.001 * rng.standard_normal(12000), speech])
+    whole = find_silences(frame_energies_db(wav, 160), 160, 30)
+    blocks = [wav[i : i + 3200] for i in range(0, len(wav), 3200)]
+    assert silences_from_blocks(blocks, 160, 30) == whole
+    assert [(round(a / 160), round(b / 160)) for a, b in whole] == [(100, 150), (250, 325)]
+
+
+def test_shift_words_moves_copies():
+    words = [W("a", 0.5, 1.0)]
+    assert shift_words(words, 10.0) == [W("a", 10.5, 11.0)]
+    assert words == [W("a", 0.5, 1.0)]
+
+
+def _texts(words):
+    return [w.text for w in words]
+
+
+def test_touching_chunks_are_concatenated():
+    merged = merge_chunk_words([(0, 10), (10, 20)], [[W("a", 1, 2), W("b", 9, 9.9)], [W("c", 10.2, 11)]])
+    assert _texts(merged) == ["a", "b", "c"]
+
+
+def test_overlap_takes_each_word_from_the_chunk_where_it_is_farther_from_the_edge():
+    # Chunks [0, 12) and [8, 20): the overlap [8, 12) has its midpoint at 10.
+    first = [W("one", 1, 2), W("two", 8.2, 8.8), W("three", 9.2, 9.8), W("garbled", 11.5, 11.9)]
+    second = [W("edge", 8.0, 8.3), W("three", 9.25, 9.8), W("four", 10.3, 10.9), W("five", 15, 16)]
+    merged = merge_chunk_words([(0, 12), (8, 20)], [first, second])
+    assert _texts(merged) == ["one", "two", "three", "four", "five"]
+    assert merged[2] is first[2]
+
+
+def test_a_word_on_the_midpoint_kept_by_both_sides_appears_once():
+    # "word" centred at 9.9 in the first chunk and 10.1 in the second: both would keep it.
+    first = [W("a", 7.0, 7.5), W("word", 9.6, 10.2)]
+    second = [W("word", 9.8, 10.4), W("b", 12.0, 12.5)]
+    merged = merge_chunk_words([(0, 12), (8, 20)], [first, second])
+    assert _texts(merged) == ["a", "word", "b"]
+    # The first chunk's copy (centre 9.9, 2.1 s from its edge at 12) beats the second's (2.1 s from 8): a tie
+    # goes to the earlier chunk; move the second's copy deeper and it wins.
+    assert merged[1] is first[1]
+    later = [W("word", 9.9, 10.5), W("b", 12.0, 12.5)]
+    merged = merge_chunk_words([(0, 12), (8, 20)], [[W("a", 7.0, 7.5), W("word", 9.7, 10.2)], later])
+    assert _texts(merged) == ["a", "word", "b"]
+    assert merged[1] is later[0]
+
+
+def test_a_word_on_the_midpoint_dropped_by_both_sides_is_taken_back():
+    # The first chunk puts "word" after the midpoint, the second before it: neither would keep it.
+    first = [W("a", 7.0, 7.5), W("word", 9.85, 10.35)]
+    second = [W("word", 9.65, 10.15), W("b", 12.0, 12.5)]
+    merged = merge_chunk_words([(0, 12), (8, 20)], [first, second])
+    assert _texts(merged) == ["a", "word", "b"]
+
+
+def test_merge_checks_its_arguments():
+    assert merge_chunk_words([], []) == []
+    with pytest.raises(ValueError):
+        merge_chunk_words([(0, 1)], [])

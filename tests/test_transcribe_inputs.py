@@ -1,0 +1,151 @@
+"""``transcribe`` without a model: finding inputs, the default model, usage errors, the summary, import weight."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from srupp_asr.cli import main
+from srupp_asr.errors import UserError
+from srupp_asr.transcribe import (
+    DECODING_MODES,
+    DEFAULT_MODEL_ENV,
+    default_model_candidates,
+    default_model_dir,
+    find_inputs,
+    resolve_device,
+    summary_line,
+)
+
+
+def _touch(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+    return path
+
+
+def test_directories_are_searched_recursively_for_audio_names_in_sorted_order(tmp_path):
+    for name in ["b/2.flac", "b/1.WAV", "a/deep/0.mp3", "c.ogg", "b/notes.txt", ".git/x.wav", "b/.x.wav", "d/e.opus"]:
+        _touch(tmp_path / name)
+    files, problems = find_inputs([tmp_path])
+    rel = [str(Path(f).relative_to(tmp_path)) for f in files]
+    assert rel == ["a/deep/0.mp3", "b/1.WAV", "b/2.flac", "c.ogg", "d/e.opus"]
+    assert problems == []
+
+
+def test_files_are_taken_as_given_and_duplicates_dropped(tmp_path):
+    a = _touch(tmp_path / "a.wav")
+    odd = _touch(tmp_path / "speech.data")  # named explicitly: tried whatever its name
+    files, problems = find_inputs([str(odd), str(a), str(tmp_path), "missing.wav", str(tmp_path / "." / "a.wav")])
+    assert files == [str(odd), str(a), "missing.wav"]  # the directory adds a.wav again: once is enough
+    assert problems == []
+
+
+def test_list_files_hold_one_input_per_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _touch(tmp_path / "x.wav")
+    _touch(tmp_path / "dir" / "y.flac")
+    (tmp_path / "list.txt").write_text("# comment\n\n  x.wav  \ndir\n")
+    assert find_inputs(["@list.txt"]) == (["x.wav", "dir/y.flac"], [])
+
+
+def test_an_unreadable_list_file_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="list file not found"):
+        find_inputs([f"@{tmp_path / 'nope.txt'}"])
+
+
+def test_a_directory_without_audio_is_a_problem(tmp_path):
+    _touch(tmp_path / "readme.md")
+    files, problems = find_inputs([tmp_path])
+    assert files == []
+    assert problems == [
+        f"{tmp_path}: no audio files (.wav, .flac, .ogg, .oga, .opus, .mp3, .aif, .aiff, .au, "
+        ".w64, .rf64, .caf) in this directory"
+    ]
+
+
+def test_default_model_candidates_follow_the_documented_order(monkeypatch, tmp_path):
+    monkeypatch.delenv(DEFAULT_MODEL_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    package_root = Path(__file__).resolve().parent.parent
+    assert default_model_candidates() == [
+        package_root / "exp" / "synth_en" / "model",
+        tmp_path / ".cache" / "srupp-asr" / "default_model",
+    ]
+    monkeypatch.setenv(DEFAULT_MODEL_ENV, str(tmp_path / "mine"))
+    assert default_model_candidates() == [tmp_path / "mine"]
+
+
+def test_the_first_existing_default_model_is_used(monkeypatch, tmp_path):
+    monkeypatch.delenv(DEFAULT_MODEL_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cached = tmp_path / ".cache" / "srupp-asr" / "default_model"
+    _touch(cached / "config.yaml")
+    candidates = default_model_candidates()
+    expected = next(p for p in candidates if (p / "config.yaml").is_file())
+    assert default_model_dir() == expected
+
+
+def test_no_default_model_says_how_to_build_one(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(DEFAULT_MODEL_ENV, str(tmp_path / "none"))
+    _touch(tmp_path / "a.wav")
+    assert main(["transcribe", str(tmp_path / "a.wav")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert str(tmp_path / "none") in err and "make demo" in err and "recipes/synth_en/run.sh" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "no audio given"),
+        (["a.wav", "-f", "doc"], "unknown output format doc"),
+        (["a.wav", "-f", "txt,srt"], "several output formats need --output-dir"),
+        (["a.wav", "b.wav", "-f", "srt"], "srt for several files needs --output-dir"),
+        (["a.wav", "--batch-size", "0"], "--batch-size must be at least 1"),
+        (["a.wav", "--max-chunk-seconds", "10", "--chunk-overlap", "6"], "--chunk-overlap must be in"),
+        (["a.wav", "--beam", "0"], "beam must be an integer >= 1"),
+        (["a.wav", "--model", "nowhere"], "nowhere: model directory not found"),
+        (["a.wav", "--model", "nowhere", "--device", "tpu"], "unknown device"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(capsys, tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    _touch(tmp_path / "a.wav")
+    _touch(tmp_path / "b.wav")
+    assert main(["transcribe", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("srupp-asr transcribe: error: ") and err.count("\n") == 1
+    assert message in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_cuda_without_a_gpu_is_a_user_error():
+    with pytest.raises(UserError, match="no CUDA device"):
+        resolve_device("cuda")
+    assert resolve_device("auto") == "cpu"
+
+
+def test_summary_line_gives_files_audio_wall_time_and_real_time_factor():
+    assert summary_line(1, 0, 12.34, 2.0) == "transcribed 1 file: 0:12.3 of audio in 2.0 s, real-time factor 0.1621"
+    assert summary_line(3, 2, 3723.4, 60.0) == (
+        "transcribed 3 files (2 failed): 1:02:03.4 of audio in 60.0 s, real-time factor 0.0161"
+    )
+    assert summary_line(0, 1, 0.0, 0.5).endswith("real-time factor -")
+
+
+def test_importing_transcribe_leaves_torch_and_numpy_unloaded():
+    # `srupp_asr` can export transcribe() and `srupp-asr transcribe --help` starts fast.
+    code = "import sys, srupp_asr.transcribe; print('torch' in sys.modules or 'numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_cli_offers_every_decoding_mode():
+    from srupp_asr.decoding import MODES
+
+    assert DECODING_MODES == MODES

@@ -1,0 +1,167 @@
+"""Output formats: time stamps, segmenting, each format's exact text, atomic writing and output names."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import pytest
+
+from srupp_asr.errors import UserError
+from srupp_asr.writers import (
+    FORMATS,
+    Segment,
+    Transcript,
+    format_timestamp,
+    output_names,
+    parse_formats,
+    segment_words,
+    to_dict,
+    to_json,
+    to_srt,
+    to_tsv,
+    to_txt,
+    to_vtt,
+    transcript_text,
+    write_transcript,
+)
+
+
+@dataclass
+class W:
+    text: str
+    start: float
+    end: float
+    confidence: float = 0.9
+
+
+WORDS = [W("hello", 0.5, 0.9), W("big", 1.0, 1.2), W("world", 1.3, 1.8, 0.51234), W("again", 3.0, 3.4)]
+
+
+def _transcript(words=WORDS, max_words=3) -> Transcript:
+    segments = segment_words(words, max_words=max_words, pause=0.8)
+    return Transcript(
+        path="talk.wav",
+        duration=4.0,
+        text=transcript_text(segments),
+        segments=segments,
+        model="exp/model",
+        decoding={"mode": "ctc_greedy", "beam": 10},
+        chunks=[(0.0, 4.0)],
+        processing_seconds=0.5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "marker", "expected"),
+    [
+        (0.0, ".", "00:00:00.000"),
+        (1.2346, ",", "00:00:01,235"),  # rounded to the nearest millisecond
+        (59.9996, ".", "00:01:00.000"),  # rounding carries into the minutes
+        (3723.004, ",", "01:02:03,004"),
+        (100 * 3600 + 1.5, ".", "100:00:01.500"),
+    ],
+)
+def test_timestamps_have_hours_minutes_seconds_and_milliseconds(seconds, marker, expected):
+    assert format_timestamp(seconds, marker) == expected
+
+
+def test_negative_timestamp_is_refused():
+    with pytest.raises(ValueError):
+        format_timestamp(-0.1)
+
+
+def test_segments_break_at_max_words_and_at_pauses():
+    segments = segment_words(WORDS, max_words=2, pause=0.8)
+    assert [s.text for s in segments] == ["hello big", "world", "again"]
+    assert [(s.start, s.end) for s in segments] == [(0.5, 1.2), (1.3, 1.8), (3.0, 3.4)]
+    # A 1.2 s pause before "again" breaks even when the word limit allows more.
+    assert [s.text for s in segment_words(WORDS, max_words=10, pause=0.8)] == ["hello big world", "again"]
+    assert segment_words([], max_words=3) == []
+
+
+def test_txt_has_one_segment_per_line():
+    assert to_txt(_transcript()) == "hello big world\nagain\n"
+
+
+def test_srt_cues_are_numbered_with_comma_milliseconds():
+    assert to_srt(_transcript()) == (
+        "1\n00:00:00,500 --> 00:00:01,800\nhello big world\n\n2\n00:00:03,000 --> 00:00:03,400\nagain\n"
+    )
+
+
+def test_vtt_has_a_header_and_dot_milliseconds():
+    assert to_vtt(_transcript()) == (
+        "WEBVTT\n\n00:00:00.500 --> 00:00:01.800\nhello big world\n\n00:00:03.000 --> 00:00:03.400\nagain\n\n"
+    )
+
+
+def test_vtt_escapes_markup_characters():
+    t = _transcript([W("a<b>&c", 0.0, 1.0)])
+    assert "a&lt;b&gt;&amp;c" in to_vtt(t)
+
+
+def test_tsv_is_whisper_style_integer_milliseconds():
+    assert to_tsv(_transcript()) == "start\tend\ttext\n500\t1800\thello big world\n3000\t3400\tagain\n"
+
+
+def test_json_holds_segments_words_model_options_and_durations():
+    data = json.loads(to_json(_transcript()))
+    assert data["audio"] == "talk.wav" and data["duration"] == 4.0 and data["text"] == "hello big world again"
+    assert data["model"] == "exp/model" and data["decoding"] == {"mode": "ctc_greedy", "beam": 10}
+    assert data["processing_seconds"] == 0.5 and data["real_time_factor"] == 0.125
+    assert data["chunks"] == [[0.0, 4.0]]
+    first, second = data["segments"]
+    assert (first["id"], first["start"], first["end"], first["text"]) == (0, 0.5, 1.8, "hello big world")
+    assert first["words"][2] == {"word": "world", "start": 1.3, "end": 1.8, "confidence": 0.5123}
+    assert second["words"] == [{"word": "again", "start": 3.0, "end": 3.4, "confidence": 0.9}]
+    assert json.loads(to_json(_transcript(), indent=None)) == data
+    assert "\n" not in to_json(_transcript(), indent=None).rstrip("\n")
+
+
+def test_a_transcript_without_words_keeps_its_text():
+    t = Transcript("a.wav", 2.0, "some text", [Segment(0.0, 2.0, "some text")])
+    assert to_txt(t) == "some text\n"
+    assert to_srt(t) == "1\n00:00:00,000 --> 00:00:02,000\nsome text\n"
+    assert to_dict(t)["segments"][0]["words"] == []
+
+
+def test_an_empty_transcript_gives_empty_but_valid_files():
+    t = Transcript("a.wav", 1.0, "", [])
+    assert to_txt(t) == "" and to_srt(t) == "" and to_vtt(t) == "WEBVTT\n\n" and to_tsv(t) == "start\tend\ttext\n"
+    assert json.loads(to_json(t))["segments"] == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("txt", ["txt"]),
+        ("srt,TXT", ["txt", "srt"]),
+        (" vtt , json ", ["json", "vtt"]),
+        ("all", list(FORMATS)),
+        (["tsv", "txt"], ["txt", "tsv"]),
+    ],
+)
+def test_format_lists_parse_into_a_fixed_order(spec, expected):
+    assert parse_formats(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["doc", "txt,pdf", "", ","])
+def test_unknown_formats_are_user_errors(spec):
+    with pytest.raises(UserError, match="unknown output format"):
+        parse_formats(spec)
+
+
+def test_output_names_come_from_stems_and_collisions_get_numbers():
+    paths = ["a/talk.wav", "b/talk.flac", "c/Talk.mp3", "talk-2.wav", "x/.wav", "notes.v1.ogg"]
+    assert output_names(paths) == ["talk", "talk-2", "Talk-3", "talk-2-2", ".wav", "notes.v1"]
+
+
+def test_write_transcript_writes_each_format_atomically(tmp_path):
+    out = tmp_path / "out"
+    written = write_transcript(_transcript(), out, "talk", ["txt", "srt", "json"])
+    assert [p.name for p in written] == ["talk.txt", "talk.srt", "talk.json"]
+    assert (out / "talk.txt").read_text() == "hello big world\nagain\n"
+    assert json.loads((out / "talk.json").read_text())["text"] == "hello big world again"
+    assert sorted(os.listdir(out)) == ["talk.json", "talk.srt", "talk.txt"]  # no temporary files left behind
