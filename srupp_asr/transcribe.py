@@ -551,6 +551,19 @@ def summary_line(files: int, failed: int, audio_seconds: float, wall_seconds: fl
     )
 
 
+def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
+    """Options shared by ``transcribe`` and ``evaluate``: device, batch size and the decoding settings."""
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
+    p.add_argument(
+        "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"{batch_help} (default {DEFAULT_BATCH_SIZE})"
+    )
+    modes_help = f"decoding mode (default {DEFAULT_DECODING})"
+    p.add_argument("--decoding", default=DEFAULT_DECODING, choices=DECODING_MODES, help=modes_help)
+    p.add_argument("--beam", type=int, help="beam size of the beam modes (default 10)")
+    p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
+    p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``transcribe`` sub-command."""
     p = subparsers.add_parser(
@@ -576,22 +589,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="write <stem>.<format> files here (default: print to stdout: the text of one file, "
         "PATH<TAB>text lines or JSON lines for several)",
     )
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=DEFAULT_BATCH_SIZE,
-        help=f"short files decoded together (default {DEFAULT_BATCH_SIZE})",
-    )
-    p.add_argument(
-        "--decoding",
-        default=DEFAULT_DECODING,
-        choices=DECODING_MODES,
-        help=f"decoding mode (default {DEFAULT_DECODING})",
-    )
-    p.add_argument("--beam", type=int, help="beam size of the beam modes (default 10)")
-    p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
-    p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
+    add_decoding_arguments(p, batch_help="short files decoded together")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     p.add_argument(
         "--max-chunk-seconds",

@@ -47,18 +47,14 @@ def overfit_model_dir(
     their texts (as written, not normalised). The model is trained with ctc_weight 0.5 and its attention decoder
     alone is weaker than its CTC head: decode ``joint``/``rescoring`` with ``ctc_weight=0.5``. About 15-45 s of
     CPU the first time."""
-    import lightning as L
     import soundfile as sf
-    import torch
     from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
 
     from srupp_asr.audio import SAMPLE_RATE, load_audio
-    from srupp_asr.data import ASRDataModule, ASRDataset
     from srupp_asr.export import export_model
     from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
-    from srupp_asr.lightning_module import ASRLightningModule
     from srupp_asr.tokenizer import Tokenizer
-    from tests.test_training_acceptance import CHECK_EVERY, OVERFIT, OVERFIT_COMMON, SENTENCES, StopAtZeroWER
+    from tests.test_training_acceptance import OVERFIT, SENTENCES, train_to_zero_wer
 
     folder = tmp_path_factory.mktemp("overfit_model")
     utterances, cuts = [], []
@@ -76,39 +72,11 @@ def overfit_model_dir(
     save_cmvn(folder / "cmvn.json", *compute_cmvn_stats(cutset))
     Tokenizer.train(SENTENCES, folder / "tokenizer.model", vocab_size=40, model_type="char")
 
-    network, max_steps = OVERFIT["srupp"]
-    torch.manual_seed(0)
-    module = ASRLightningModule(
-        str(folder / "tokenizer.model"), cmvn=str(folder / "cmvn.json"), encoder="srupp", **network, **OVERFIT_COMMON
+    module, _, stopper, _ = train_to_zero_wer(
+        str(folder / "cuts.jsonl.gz"), str(folder / "tokenizer.model"), str(folder / "cmvn.json"), "srupp"
     )
-    data = ASRDataModule(
-        str(folder / "cuts.jsonl.gz"),
-        None,
-        str(folder / "tokenizer.model"),
-        max_duration=60.0,
-        num_buckets=2,
-        speed_perturb=None,
-        num_workers=0,
-    )
-    data.setup("fit")
-    everything = ASRDataset(module.tokenizer)[CutSet.from_cuts(data.train_cuts)]
-    stopper = StopAtZeroWER(everything, CHECK_EVERY)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=max_steps,
-        gradient_clip_val=5.0,
-        limit_val_batches=0,
-        callbacks=[stopper],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        use_distributed_sampler=False,
-    )
-    trainer.fit(module, datamodule=data)
     if not stopper.history or stopper.history[-1][1] != 0.0:
-        pytest.fail(f"the overfit model did not reach WER 0 in {max_steps} steps: {stopper.history}")
+        pytest.fail(f"the overfit model did not reach WER 0 in {OVERFIT['srupp'][1]} steps: {stopper.history}")
     model_dir = export_model(
         module.model.state_dict(), module.model.config, folder / "tokenizer.model", folder / "model"
     )

@@ -187,16 +187,16 @@ class StopAtZeroWER(L.Callback):
                 trainer.should_stop = True
 
 
-@pytest.mark.parametrize("encoder", list(OVERFIT))
-def test_model_overfits_a_small_spoken_corpus_to_zero_wer(corpus: Corpus, encoder: str) -> None:
-    """Trained and evaluated on the same 20 utterances, the greedy-CTC transcripts become exactly the references."""
+def train_to_zero_wer(
+    cuts: str, tokenizer: str, cmvn: str, encoder: str
+) -> tuple[ASRLightningModule, dict[str, Any], StopAtZeroWER, L.Trainer]:
+    """Train ``encoder``'s OVERFIT network on every utterance of ``cuts`` until greedy-CTC WER 0 on them (checked
+    every CHECK_EVERY steps) or its step budget; returns (module, the utterances as one batch, stopper, trainer)."""
     network, max_steps = OVERFIT[encoder]
     torch.manual_seed(0)
-    module = ASRLightningModule(corpus.tokenizer, cmvn=corpus.cmvn, encoder=encoder, **network, **OVERFIT_COMMON)
+    module = ASRLightningModule(tokenizer, cmvn=cmvn, encoder=encoder, **network, **OVERFIT_COMMON)
     # All 20 utterances (28 s) in each epoch's two batches (one per duration bucket): few updates, cheap ones.
-    data = ASRDataModule(
-        corpus.cuts, None, corpus.tokenizer, max_duration=60.0, num_buckets=2, speed_perturb=None, num_workers=0
-    )
+    data = ASRDataModule(cuts, None, tokenizer, max_duration=60.0, num_buckets=2, speed_perturb=None, num_workers=0)
     data.setup("fit")
     everything = ASRDataset(module.tokenizer)[CutSet.from_cuts(data.train_cuts)]
     stopper = StopAtZeroWER(everything, CHECK_EVERY)
@@ -214,6 +214,13 @@ def test_model_overfits_a_small_spoken_corpus_to_zero_wer(corpus: Corpus, encode
         use_distributed_sampler=False,
     )
     trainer.fit(module, datamodule=data)
+    return module, everything, stopper, trainer
+
+
+@pytest.mark.parametrize("encoder", list(OVERFIT))
+def test_model_overfits_a_small_spoken_corpus_to_zero_wer(corpus: Corpus, encoder: str) -> None:
+    """Trained and evaluated on the same 20 utterances, the greedy-CTC transcripts become exactly the references."""
+    module, everything, stopper, trainer = train_to_zero_wer(corpus.cuts, corpus.tokenizer, corpus.cmvn, encoder)
     hyps = greedy_transcripts(module, everything)
     pairs = zip(everything["texts"], hyps, strict=True)
     wrong = [(ref, hyp) for ref, hyp in pairs if normalize_text(ref) != normalize_text(hyp)]

@@ -22,7 +22,7 @@ from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
 from srupp_asr.scoring.formats import Transcript, write_jsonl
 from srupp_asr.scoring.report import WORST, ReportInfo, write_report
 from srupp_asr.scoring.score import add_report_arguments, print_summary
-from srupp_asr.transcribe import DEFAULT_BATCH_SIZE, DEFAULT_DECODING, resolve_device
+from srupp_asr.transcribe import DEFAULT_BATCH_SIZE, DEFAULT_DECODING, add_decoding_arguments, resolve_device
 
 if TYPE_CHECKING:
     from srupp_asr.decoding import DecodingOptions
@@ -180,8 +180,6 @@ def main(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``evaluate`` sub-command."""
-    from srupp_asr.decoding import MODES
-
     p = subparsers.add_parser(
         "evaluate",
         help="decode a cut manifest with a model and score it (WER/CER report)",
@@ -192,12 +190,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--model", required=True, metavar="DIR", help="model directory (srupp-asr average --out)")
     p.add_argument("--cuts", required=True, help="lhotse cut manifest (.jsonl.gz) with reference texts")
     p.add_argument("--out-dir", required=True, help="where the report files go")
-    p.add_argument("--decoding", choices=MODES, default=DEFAULT_DECODING, help=f"default {DEFAULT_DECODING}")
-    p.add_argument("--beam", type=int, help="beam size of the beam modes (default 10)")
-    p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
-    p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="utterances decoded together")
+    add_decoding_arguments(p, batch_help="utterances decoded together")
     add_report_arguments(p)
     p.set_defaults(func=main)
     return p
