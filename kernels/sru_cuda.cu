@@ -54,17 +54,21 @@ __device__ __forceinline__ void store(bf16_t* p, float v) {
 #define SRU_CHUNK 4
 #endif
 
+// Where a thread's column lives: step s (forward order) is at first + s * stride in an (L, B, D)
+// array and at mfirst + s * mstride in the (L, B) mask; stride is negative for backward columns.
 struct Ctx {
-  int L, B, D, b, col;
-  bool reverse;
-  // element offset of step s (forward order) in an (L, B, D) array
-  __device__ __forceinline__ idx_t off(int s) const {
-    const int t = reverse ? L - 1 - s : s;
-    return ((idx_t)t * B + b) * D + col;
+  int L;
+  idx_t first, stride, mfirst, mstride;
+  __device__ __forceinline__ Ctx(int L_, int B, int D, int b, int col, bool reverse) : L(L_) {
+    const idx_t t0 = reverse ? L_ - 1 : 0;
+    first = (t0 * B + b) * D + col;
+    stride = reverse ? -(idx_t)B * D : (idx_t)B * D;
+    mfirst = t0 * B + b;
+    mstride = reverse ? -(idx_t)B : (idx_t)B;
   }
+  __device__ __forceinline__ idx_t off(int s) const { return first + s * stride; }
   __device__ __forceinline__ bool real(const unsigned char* mask, int s) const {
-    const int t = reverse ? L - 1 - s : s;
-    return !mask || mask[(idx_t)t * B + b];
+    return !mask || mask[mfirst + s * mstride];
   }
 };
 
@@ -100,7 +104,7 @@ extern "C" __global__ void sru_forward(const SRU_T* __restrict__ u, const SRU_T*
   const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= (idx_t)B * D) return;
   const int col = (int)(n % D);
-  const Ctx ctx = {L, B, D, (int)(n / D), col, bidirectional && col >= D / 2};
+  const Ctx ctx(L, B, D, (int)(n / D), col, bidirectional && col >= D / 2);
   const SRU_F v = wc[col], vr = wc[D + col], bf = bias[col], br = bias[D + col];
   SRU_F c = c0 ? c0[n] : SRU_F(0);
   FwdChunk cur, nxt;
@@ -168,7 +172,7 @@ extern "C" __global__ void sru_backward(
   if (n >= (idx_t)B * D) return;
   const int col = (int)(n % D);
   const int b = (int)(n / D);
-  const Ctx ctx = {L, B, D, b, col, bidirectional && col >= D / 2};
+  const Ctx ctx(L, B, D, b, col, bidirectional && col >= D / 2);
   const SRU_F v = wc[col], vr = wc[D + col], bf = bias[col], br = bias[D + col];
   const SRU_F c_init = c0 ? c0[n] : SRU_F(0);
   SRU_F gc = grad_c_last ? grad_c_last[n] : SRU_F(0);
