@@ -162,9 +162,14 @@ class ASRModel(nn.Module):
     @torch.no_grad()
     def ctc_greedy_encoded(self, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
         """:meth:`ctc_greedy` from an :meth:`encode` output."""
-        best = self.ctc_log_probs(enc).argmax(-1).cpu()
-        hyps = []
-        for path, length in zip(best, enc_lens.tolist(), strict=True):
-            ids = torch.unique_consecutive(path[:length])
-            hyps.append(ids[ids != BLANK_ID].tolist())
-        return hyps
+        return collapse_ctc_paths(self.ctc_log_probs(enc).argmax(-1), enc_lens)
+
+
+def collapse_ctc_paths(best: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
+    """Per utterance, the tokens of a frame-level CTC path ``best`` ``(B, T)`` (e.g. the per-frame argmax): frames
+    past ``lens`` dropped, repeats collapsed, blanks removed."""
+    hyps = []
+    for path, length in zip(best.cpu(), lens.tolist(), strict=True):
+        ids = torch.unique_consecutive(path[:length])
+        hyps.append(ids[ids != BLANK_ID].tolist())
+    return hyps

@@ -20,7 +20,7 @@ from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
 from srupp_asr.decoding.rescoring import attention_scores, rescore
 from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer, Scorer
 from srupp_asr.frontend import HOP_LENGTH
-from srupp_asr.model import ASRModel
+from srupp_asr.model import ASRModel, collapse_ctc_paths
 from srupp_asr.tokenizer import Tokenizer
 
 
@@ -100,12 +100,10 @@ def _search(
 ) -> list[list[tuple[list[int], float]]]:
     """``(tokens, score)`` n-best lists per utterance by the mode of ``options``."""
     if options.mode == "ctc_greedy":
-        best = log_probs.max(-1).values
+        best, path = log_probs.max(-1)  # the CTC head ran once, in decode_encoded
         valid = torch.arange(best.shape[1], device=best.device)[None, :] < enc_lens[:, None]
         scores = torch.where(valid, best, 0.0).sum(1).tolist()
-        return [
-            [(tokens, score)] for tokens, score in zip(model.ctc_greedy_encoded(enc, enc_lens), scores, strict=True)
-        ]
+        return [[(tokens, score)] for tokens, score in zip(collapse_ctc_paths(path, enc_lens), scores, strict=True)]
     if options.mode == "ctc_prefix_beam":
         nbest = ctc_prefix_beam_search(log_probs, enc_lens, options.beam, options.length_penalty)
         return [[(y, s + options.length_penalty * len(y)) for y, s in hyps[: options.nbest]] for hyps in nbest]
