@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cmvn": ("srupp_asr.frontend", "compute global CMVN statistics of a cut manifest"),
     "tokenizer": ("srupp_asr.tokenizer", "train a sentencepiece tokenizer on transcripts"),
     "train": ("srupp_asr.train", "train a model (LightningCLI: fit, validate, ...; configs in conf/)"),
+    "train-lm": ("srupp_asr.lm_train", "train an SRU++ language model on text (for shallow fusion: --lm)"),
     "synth-corpus": ("srupp_asr.synth.corpus", "build an English speech corpus from Debian's offline TTS voices"),
     "average": ("srupp_asr.export", "average the best checkpoints of a run and export a model directory"),
     "transcribe": ("srupp_asr.transcribe", "transcribe audio files (txt, json, srt, vtt, tsv; long recordings)"),

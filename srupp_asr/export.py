@@ -366,7 +366,7 @@ def _strip_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Ten
     return dict(state_dict)
 
 
-def _weights_problem(model: ASRModel, weights: Mapping[str, torch.Tensor]) -> str | None:
+def weights_problem(model: torch.nn.Module, weights: Mapping[str, torch.Tensor]) -> str | None:
     """What keeps ``weights`` from loading into ``model`` exactly (missing, unexpected or misshapen), or None."""
     expected = model.state_dict()
     missing = [k for k in expected if k not in weights]
@@ -415,8 +415,6 @@ def export_model(
 ) -> Path:
     """Write a model directory (config.yaml, model.safetensors, tokenizer.model) atomically; ``source`` (optional)
     records where the weights came from. An existing model directory at ``out_dir`` is replaced."""
-    from safetensors.torch import save_file
-
     out_dir, tokenizer_path = Path(out_dir), Path(tokenizer_path)
     tokenizer = Tokenizer(tokenizer_path)
     if tokenizer.vocab_size != model_config.get("vocab_size"):
@@ -426,19 +424,33 @@ def export_model(
         )
     model = ASRModel(**model_config)
     weights = {k: v.detach().to("cpu").contiguous().clone() for k, v in _strip_prefix(state_dict).items()}
-    problem = _weights_problem(model, weights)
+    problem = weights_problem(model, weights)
     if problem:
         raise UserError(f"{tokenizer_path}: the weights do not fit the model with this tokenizer ({problem})")
-    check_replaceable(out_dir)
     config: dict[str, Any] = {"format_version": FORMAT_VERSION, "sample_rate": SAMPLE_RATE, "model": model.config}
     if source:
         config["source"] = dict(source)
+    return write_model_dir(out_dir, config, weights, tokenizer_path)
+
+
+def write_model_dir(
+    out_dir: str | os.PathLike,
+    config: Mapping[str, Any],
+    weights: Mapping[str, torch.Tensor],
+    tokenizer_path: str | os.PathLike,
+) -> Path:
+    """Write ``config.yaml``, ``model.safetensors`` and a copy of the tokenizer as the directory ``out_dir``, all or
+    nothing: the files go to a hidden sibling that replaces ``out_dir`` (an empty or model directory) at the end."""
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = _new_sibling_dir(out_dir, "tmp")
     try:
-        atomic_write_text(tmp / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+        atomic_write_text(tmp / CONFIG_FILE, yaml.safe_dump(dict(config), sort_keys=False))
         with atomic_output(tmp / WEIGHTS_FILE) as path:
-            save_file(weights, path, metadata={"format_version": str(FORMAT_VERSION)})
+            save_file(dict(weights), path, metadata={"format_version": str(FORMAT_VERSION)})
         with atomic_output(tmp / TOKENIZER_FILE) as path:
             shutil.copyfile(tokenizer_path, path)
         _swap_in(tmp, out_dir)
@@ -446,6 +458,18 @@ def export_model(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def read_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (no pickle); a missing or unreadable file is a one-line UserError."""
+    from safetensors.torch import load_file
+
+    if not Path(path).is_file():
+        raise UserError(f"{path}: not found (a model directory holds its weights)")
+    try:
+        return load_file(path)
+    except Exception as err:  # safetensors reports a bad header, truncation or a bad dtype with its own error types
+        raise UserError(f"{path}: not a readable safetensors file ({_first_line(err)})") from None
 
 
 def _swap_in(new: Path, target: Path) -> None:
@@ -483,7 +507,6 @@ def read_model_config(model_dir: str | os.PathLike) -> dict[str, Any]:
 
 def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[ASRModel, Tokenizer]:
     """The model (in eval mode, on ``device``) and tokenizer of a model directory; reads no pickle."""
-    from safetensors.torch import load_file
 
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
@@ -500,13 +523,8 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
     if tokenizer.vocab_size != model.vocab_size:
         detail = f"tokenizer has {tokenizer.vocab_size} pieces, {CONFIG_FILE} says vocab_size {model.vocab_size}"
         raise UserError(f"{tokenizer_path}: {detail}")
-    if not weights_path.is_file():
-        raise UserError(f"{weights_path}: not found (a model directory holds its weights)")
-    try:
-        weights = load_file(weights_path)
-    except Exception as err:  # safetensors reports a bad header, truncation or a bad dtype with its own error types
-        raise UserError(f"{weights_path}: not a readable safetensors file ({_first_line(err)})") from None
-    problem = _weights_problem(model, weights)
+    weights = read_weights(weights_path)
+    problem = weights_problem(model, weights)
     if problem:
         raise UserError(f"{weights_path}: {problem}")
     model.load_state_dict(weights, strict=True)

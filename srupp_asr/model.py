@@ -39,6 +39,7 @@ class ASRModel(nn.Module):
         n_mels: int = 80,
         d_model: int = 256,
         subsampling: int = 4,
+        subsampling_channels: int | None = None,
         encoder: str = "srupp",
         encoder_conf: dict[str, Any] | None = None,
         decoder_conf: dict[str, Any] | None = None,
@@ -58,6 +59,7 @@ class ASRModel(nn.Module):
             "n_mels": n_mels,
             "d_model": d_model,
             "subsampling": subsampling,
+            "subsampling_channels": subsampling_channels,
             "encoder": encoder,
             "encoder_conf": dict(encoder_conf or {}),
             "decoder_conf": dict(decoder_conf or {}),
@@ -71,7 +73,7 @@ class ASRModel(nn.Module):
         self.fbank = Fbank(dither=dither, n_mels=n_mels)
         self.cmvn = GlobalCMVN(num_features=n_mels)
         self.specaugment = SpecAugment(**specaugment) if specaugment is not None else None
-        self.subsampling = Conv2dSubsampling(n_mels, d_model, subsampling)
+        self.subsampling = Conv2dSubsampling(n_mels, d_model, subsampling, channels=subsampling_channels)
         # The encoder's width defaults to the subsampling's, so no projection sits between them.
         self.encoder = build_encoder(encoder, d_model, **{"d_model": d_model, **(encoder_conf or {})})
         enc_dim = self.encoder.output_size

@@ -10,7 +10,9 @@ One layer, with x the ``(L, B, D)`` input, ``d'`` the attention dimension (DESIG
 
 A layer without attention computes ``U = Wo layernorm(Wq x)``. Bidirectional layers run half
 of the D columns forward and half backward in time, sharing the attention. There are no
-positional encodings: the recurrence provides order.
+positional encodings: the recurrence provides order. A *causal* layer (unidirectional only: the SRU++
+language model of the seeds) lets step t attend to steps <= t, and :meth:`SRUppLayer.step` then runs it one
+step at a time with a cache of its keys and values, giving the same outputs as the whole-sequence forward.
 
 Parameters of one layer (no biases in Wq, Wk, Wv, Wo)::
 
@@ -19,6 +21,8 @@ Parameters of one layer (no biases in Wq, Wk, Wv, Wo)::
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -40,14 +44,17 @@ class SRUppLayer(nn.Module):
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         highway_bias: float = -2.0,
+        causal: bool = False,
     ) -> None:
         super().__init__()
         if bidirectional and d_model % 2:
             raise ValueError(f"a bidirectional layer needs an even d_model, got {d_model}")
+        if causal and bidirectional:
+            raise ValueError("a causal layer must be unidirectional (bidirectional=False)")
         if attention and attn_dim % num_heads:
             raise ValueError(f"attn_dim {attn_dim} is not divisible by num_heads {num_heads}")
         self.d_model, self.attn_dim, self.num_heads = d_model, attn_dim, num_heads
-        self.attention, self.bidirectional = attention, bidirectional
+        self.attention, self.bidirectional, self.causal = attention, bidirectional, causal
         self.highway_bias = highway_bias
         self.attn_dropout = attn_dropout
         self.wq = nn.Linear(d_model, attn_dim, bias=False)
@@ -78,7 +85,8 @@ class SRUppLayer(nn.Module):
 
     def extra_repr(self) -> str:
         n = self.num_params(self.d_model, self.attn_dim, self.attention)
-        return f"attention={self.attention}, heads={self.num_heads}, bidirectional={self.bidirectional}, params={n:,}"
+        kind = "causal" if self.causal else f"bidirectional={self.bidirectional}"
+        return f"attention={self.attention}, heads={self.num_heads}, {kind}, params={n:,}"
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None, c0: torch.Tensor | None = None
@@ -100,6 +108,12 @@ class SRUppLayer(nn.Module):
 
         k, v = self.wk(q), self.wv(q)
         key_mask = None
+        if self.causal:
+            # Padding is on the right: a real step never sees a padded key before it, so the causal mask suffices.
+            a = F.scaled_dot_product_attention(
+                split(q), split(k), split(v), is_causal=True, dropout_p=self.attn_dropout if self.training else 0.0
+            )
+            return a.permute(2, 0, 1, 3).reshape(L, B, self.attn_dim)
         if mask is not None:
             # A sequence with no real step attends everywhere instead of producing NaN; its
             # outputs are discarded by the recurrence anyway.
@@ -108,6 +122,38 @@ class SRUppLayer(nn.Module):
             split(q), split(k), split(v), attn_mask=key_mask, dropout_p=self.attn_dropout if self.training else 0.0
         )
         return a.permute(2, 0, 1, 3).reshape(L, B, self.attn_dim)
+
+    def step(self, x: torch.Tensor, state: LayerState | None = None) -> tuple[torch.Tensor, LayerState]:
+        """One time step of a causal layer: ``x`` ``(B, D)`` and the state after the previous steps (None before the
+        first) -> ``(h (B, D), new state)``; the same ``h`` as :meth:`forward` gives at that step."""
+        if not self.causal:
+            raise RuntimeError("step() needs a causal layer (causal=True)")
+        B, D = x.shape
+        q = self.wq(x)  # (B, d')
+        keys = values = None
+        if self.attention:
+            heads, dh = self.num_heads, self.attn_dim // self.num_heads
+            k, v = self.wk(q).view(B, heads, 1, dh), self.wv(q).view(B, heads, 1, dh)
+            keys = k if state is None else torch.cat([state.keys, k], 2)
+            values = v if state is None else torch.cat([state.values, v], 2)
+            a = F.scaled_dot_product_attention(q.view(B, heads, 1, dh), keys, values)
+            q = q + self.alpha * a.reshape(B, self.attn_dim)
+        u = self.wo(self.norm(q)).view(1, B, D, 3)
+        h, c = sru_recurrence(u, x[None], self.weight_c, self.bias, None if state is None else state.c)
+        return h[0], LayerState(c, keys, values)
+
+
+class LayerState(NamedTuple):
+    """What a causal :class:`SRUppLayer` carries between steps: the recurrent state ``c`` ``(B, D)`` and, in an
+    attention layer, the keys and values of every step so far ``(B, heads, t, d_head)`` (None otherwise)."""
+
+    c: torch.Tensor
+    keys: torch.Tensor | None
+    values: torch.Tensor | None
+
+    def select(self, rows: torch.Tensor) -> LayerState:
+        """The states of batch rows ``rows``, in that order."""
+        return LayerState(*(None if t is None else t[rows] for t in self))
 
 
 def attention_layers(num_layers: int, attn_every: int) -> list[int]:
@@ -136,6 +182,7 @@ class SRUppEncoder(nn.Module):
         dropout: float = 0.1,
         attn_dropout: float = 0.1,
         highway_bias: float = -2.0,
+        causal: bool = False,
     ) -> None:
         super().__init__()
         self.input_size, self.d_model = input_size, d_model
@@ -152,6 +199,7 @@ class SRUppEncoder(nn.Module):
                 dropout=dropout,
                 attn_dropout=attn_dropout,
                 highway_bias=highway_bias,
+                causal=causal,
             )
             for i in range(1, num_layers + 1)
         )
@@ -184,3 +232,13 @@ class SRUppEncoder(nn.Module):
         for layer in self.layers:
             h, _ = layer(h, mask)
         return h.transpose(0, 1), lengths
+
+    def step(self, x: torch.Tensor, states: list[LayerState] | None = None) -> tuple[torch.Tensor, list[LayerState]]:
+        """One time step of a causal encoder: ``x`` ``(B, input_size)`` and the layers' states (None before the
+        first step) -> ``(out (B, d_model), new states)``."""
+        h = self.input_proj(x)
+        new_states = []
+        for i, layer in enumerate(self.layers):
+            h, state = layer.step(h, None if states is None else states[i])
+            new_states.append(state)
+        return h, new_states

@@ -175,7 +175,9 @@ def _explain_training_error(message: str, vocab_size: int, model_type: str) -> s
     return "sentencepiece training failed: " + message.splitlines()[-1].strip()
 
 
-def _texts_from_sources(cuts: Sequence[str], text_files: Sequence[str]) -> Iterator[str]:
+def texts_from_sources(cuts: Sequence[str], text_files: Sequence[str]) -> Iterator[str]:
+    """The supervision texts of cut manifests, then the lines of text files (not normalised); unreadable files are
+    one-line UserErrors."""
     from srupp_asr.data import load_cuts
 
     for path in cuts:
@@ -197,7 +199,7 @@ def tokenizer_command(args: argparse.Namespace) -> int:
     """``srupp-asr tokenizer``: train a tokenizer on the transcripts of cut manifests and/or text files."""
     if not args.cuts and not args.text:
         raise UserError("tokenizer: give training text with --cuts and/or --text")
-    texts = _texts_from_sources(args.cuts or [], args.text or [])
+    texts = texts_from_sources(args.cuts or [], args.text or [])
     tok = Tokenizer.train(texts, args.out, vocab_size=args.vocab_size, model_type=args.model_type)
     print(f"wrote {tok.path} ({args.model_type}, {tok.vocab_size} pieces)")
     return 0

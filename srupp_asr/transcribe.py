@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
     from srupp_asr.audio import AudioReader
     from srupp_asr.decoding import DecodingOptions, Hypothesis
+    from srupp_asr.lm import SRUppLM
     from srupp_asr.longform import Chunk
     from srupp_asr.model import ASRModel
     from srupp_asr.tokenizer import Tokenizer
@@ -63,6 +64,7 @@ DEFAULT_MODEL_ENV = "SRUPP_ASR_DEFAULT_MODEL"
 DECODING_MODES = ("ctc_greedy", "ctc_prefix_beam", "joint", "rescoring")
 DEFAULT_DECODING = "ctc_prefix_beam"  # robust at any length; the attention modes suit short utterances
 DEFAULT_BATCH_SIZE = 8
+DEFAULT_LM_WEIGHT = 0.3  # with --lm and no --lm-weight (ESPnet's LibriSpeech recipes use 0.3-0.6)
 MAX_CHUNK_SECONDS = 600.0  # the most audio decoded at once (a whole file, a chunk or a padded batch)
 CHUNK_OVERLAP = 10.0  # seconds shared by neighbouring chunks (at most a quarter of a chunk by default)
 VAD_BLOCK_SECONDS = 30.0  # the VAD reads the recording in blocks of this length
@@ -189,6 +191,7 @@ class _Transcriber:
         model: ASRModel,
         tokenizer: Tokenizer,
         options: DecodingOptions,
+        lm: SRUppLM | None,
         model_dir: str,
         max_chunk_seconds: float,
         chunk_overlap: float,
@@ -199,6 +202,7 @@ class _Transcriber:
         from srupp_asr.audio import SAMPLE_RATE
 
         self.model, self.tokenizer, self.options, self.model_dir = model, tokenizer, options, model_dir
+        self.lm = lm
         self.rate = SAMPLE_RATE
         self.max_samples = int(max_chunk_seconds * SAMPLE_RATE)
         self.overlap_samples = int(chunk_overlap * SAMPLE_RATE)
@@ -217,7 +221,7 @@ class _Transcriber:
         lens = torch.tensor([w.numel() for w in wavs], device=self.device)
         try:
             with torch.inference_mode():
-                return decode(self.model, self.tokenizer, audio, lens, self.options)
+                return decode(self.model, self.tokenizer, audio, lens, self.options, self.lm)
         except ValueError as err:  # the model lacks the CTC head or decoder the mode needs
             raise UnusableModel(f"{self.model_dir}: {err}") from None
 
@@ -321,6 +325,8 @@ def transcribe(
     beam: int | None = None,
     ctc_weight: float | None = None,
     length_penalty: float | None = None,
+    lm: str | os.PathLike[str] | None = None,
+    lm_weight: float | None = None,
     threads: int | None = None,
     max_chunk_seconds: float = MAX_CHUNK_SECONDS,
     chunk_overlap: float | None = None,
@@ -336,7 +342,8 @@ def transcribe(
 
     ``output_dir`` set: each transcript is also written there as ``<stem>.<format>`` for each of ``output_format``
     (``"txt,srt"``, ``"all"``, or a list), atomically. ``decoding``, ``beam``, ``ctc_weight`` and
-    ``length_penalty`` are :class:`srupp_asr.decoding.DecodingOptions` (None: its default). ``on_error(message)``
+    ``length_penalty`` are :class:`srupp_asr.decoding.DecodingOptions` (None: its default); ``lm`` an LM directory
+    from ``srupp-asr train-lm`` for shallow fusion with ``lm_weight`` (default 0.3). ``on_error(message)``
     gets a one-line ``"PATH: reason"`` per file that cannot be transcribed; without it the first such file raises
     :class:`UserError`. ``on_transcript`` is called with each transcript in input order as soon as it is ready.
     """
@@ -344,18 +351,13 @@ def transcribe(
     from tqdm import tqdm
 
     from srupp_asr.audio import AudioReader
-    from srupp_asr.decoding import DecodingOptions
     from srupp_asr.export import load_model
 
     formats = parse_formats(output_format)
     if chunk_overlap is None:
         chunk_overlap = min(CHUNK_OVERLAP, max_chunk_seconds / 4)
     _check_settings(batch_size, threads, max_chunk_seconds, chunk_overlap, max_segment_words, segment_pause)
-    given = {"beam": beam, "ctc_weight": ctc_weight, "length_penalty": length_penalty}
-    try:
-        options = DecodingOptions(mode=decoding, **{k: v for k, v in given.items() if v is not None})
-    except ValueError as err:
-        raise UserError(f"decoding options: {err}") from None
+    options = decoding_options(decoding, beam, ctc_weight, length_penalty, lm, lm_weight)
     if isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
 
@@ -373,10 +375,12 @@ def transcribe(
     if threads:
         torch.set_num_threads(threads)
     net, tokenizer = load_model(model_dir, resolve_device(device))
+    fusion_lm = load_fusion_lm(lm, tokenizer, resolve_device(device)) if lm is not None else None
     worker = _Transcriber(
         net,
         tokenizer,
         options,
+        fusion_lm,
         str(model_dir),
         max_chunk_seconds,
         chunk_overlap,
@@ -522,6 +526,8 @@ def transcribe_command(args: argparse.Namespace) -> int:
         beam=args.beam,
         ctc_weight=args.ctc_weight,
         length_penalty=args.length_penalty,
+        lm=args.lm,
+        lm_weight=args.lm_weight,
         threads=args.threads,
         max_chunk_seconds=args.max_chunk_seconds,
         chunk_overlap=args.chunk_overlap,
@@ -562,6 +568,40 @@ def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
     p.add_argument("--beam", type=int, help="beam size of the beam modes (default 10)")
     p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
     p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
+    p.add_argument("--lm", metavar="DIR", help="SRU++ LM directory (srupp-asr train-lm) for shallow fusion")
+    p.add_argument("--lm-weight", type=float, help=f"weight of the LM's log-probability (default {DEFAULT_LM_WEIGHT})")
+
+
+def decoding_options(
+    decoding: str,
+    beam: int | None = None,
+    ctc_weight: float | None = None,
+    length_penalty: float | None = None,
+    lm: str | os.PathLike[str] | None = None,
+    lm_weight: float | None = None,
+) -> DecodingOptions:
+    """:class:`srupp_asr.decoding.DecodingOptions` from the command-line values (None: the default; with an
+    ``lm``, ``lm_weight`` defaults to :data:`DEFAULT_LM_WEIGHT`); a bad value is a one-line UserError."""
+    from srupp_asr.decoding import DecodingOptions
+
+    if lm_weight is not None and lm is None:
+        raise UserError("decoding options: --lm-weight needs --lm (an LM directory)")
+    if lm is not None and lm_weight is None:
+        lm_weight = DEFAULT_LM_WEIGHT
+    given = {"beam": beam, "ctc_weight": ctc_weight, "length_penalty": length_penalty, "lm_weight": lm_weight}
+    try:
+        return DecodingOptions(mode=decoding, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as err:
+        raise UserError(f"decoding options: {err}") from None
+
+
+def load_fusion_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer, device: str) -> SRUppLM:
+    """The LM of ``lm_dir`` on ``device``, checked to use ``tokenizer``'s pieces."""
+    from srupp_asr.lm import check_same_tokenizer, load_lm
+
+    lm, lm_tokenizer = load_lm(lm_dir, device)
+    check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
+    return lm
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -6,6 +6,10 @@ Scores per mode (log domain; a length penalty, when set, adds ``length_penalty *
 - ``ctc_prefix_beam``: ``log P_ctc(tokens)``, summed over every path that emits the tokens;
 - ``joint``: ``(1 - ctc_weight) * log P_att(tokens + <eos>) + ctc_weight * log P_ctc(tokens)``;
 - ``rescoring``: the same sum, over the n-best list of the CTC prefix beam search.
+
+With an LM and ``lm_weight > 0`` (shallow fusion), every beam mode adds ``lm_weight * log P_lm(tokens + <eos>)``;
+``ctc_prefix_beam`` then runs the label-synchronous beam search with the CTC prefix scorer and the LM (the
+frame-synchronous prefix beam search has no place for a token-level LM).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from srupp_asr.decoding.alignment import align_hypothesis
 from srupp_asr.decoding.beam_search import beam_search
 from srupp_asr.decoding.options import DecodingOptions, Hypothesis
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
-from srupp_asr.decoding.rescoring import attention_scores, rescore
-from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer, Scorer
+from srupp_asr.decoding.rescoring import attention_scores, lm_scores, rescore
+from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer, LMScorer, Scorer
 from srupp_asr.frontend import HOP_LENGTH
+from srupp_asr.lm import SRUppLM
 from srupp_asr.model import ASRModel, collapse_ctc_paths
 from srupp_asr.tokenizer import Tokenizer
 
@@ -35,15 +40,17 @@ def decode(
     audio: torch.Tensor,
     audio_lens: torch.Tensor,
     options: DecodingOptions | None = None,
+    lm: SRUppLM | None = None,
 ) -> list[Hypothesis]:
     """The best hypothesis of each utterance of ``audio`` ``(B, S)`` (16 kHz, valid up to ``audio_lens`` ``(B,)``),
-    decoded on the model's device. Put the model in eval mode first (``load_model`` does)."""
+    decoded on the model's device. Put the model (and ``lm``, used when ``options.lm_weight > 0``) in eval mode first
+    (``load_model`` and ``load_lm`` do)."""
     options = options or DecodingOptions()
-    _check_model(model, options)  # before the encoder runs
+    _check_model(model, options, lm)  # before the encoder runs
     device = next(model.parameters()).device
     with torch.inference_mode():
         enc, enc_lens = model.encode(audio.to(device), audio_lens.to(device))
-        return [nbest[0] for nbest in decode_encoded(model, tokenizer, enc, enc_lens, options)]
+        return [nbest[0] for nbest in decode_encoded(model, tokenizer, enc, enc_lens, options, lm)]
 
 
 def decode_encoded(
@@ -52,14 +59,15 @@ def decode_encoded(
     enc: torch.Tensor,
     enc_lens: torch.Tensor,
     options: DecodingOptions | None = None,
+    lm: SRUppLM | None = None,
 ) -> list[list[Hypothesis]]:
     """Per utterance of an :meth:`~srupp_asr.model.ASRModel.encode` output, its n-best hypotheses, best first."""
     options = options or DecodingOptions()
-    _check_model(model, options)
+    _check_model(model, options, lm)
     with torch.inference_mode():
         enc_lens = enc_lens.to(enc.device)
         log_probs = model.ctc_log_probs(enc) if model.ctc is not None else None
-        results = _search(model, enc, enc_lens, log_probs, options)
+        results = _search(model, enc, enc_lens, log_probs, options, lm if options.lm_weight > 0 else None)
         cpu_log_probs = log_probs.cpu() if log_probs is not None else None
         shift = frame_shift_seconds(model)
         out = []
@@ -75,8 +83,13 @@ def decode_encoded(
         return out
 
 
-def _check_model(model: ASRModel, options: DecodingOptions) -> None:
-    """A ValueError when ``model`` lacks the CTC head or the decoder that ``options`` need."""
+def _check_model(model: ASRModel, options: DecodingOptions, lm: SRUppLM | None = None) -> None:
+    """A ValueError when ``model`` lacks the CTC head or the decoder that ``options`` need, or the LM is missing or
+    has another vocabulary."""
+    if options.lm_weight > 0 and lm is None:
+        raise ValueError(f"lm_weight={options.lm_weight} needs a language model (none given)")
+    if options.lm_weight > 0 and lm.vocab_size != model.vocab_size:
+        raise ValueError(f"the LM has {lm.vocab_size} tokens, the model {model.vocab_size}")
     needs_ctc = options.mode in ("ctc_greedy", "ctc_prefix_beam", "rescoring") or (
         options.mode == "joint" and options.ctc_weight > 0.0
     )
@@ -97,14 +110,16 @@ def _search(
     enc_lens: torch.Tensor,
     log_probs: torch.Tensor | None,
     options: DecodingOptions,
+    lm: SRUppLM | None = None,
 ) -> list[list[tuple[list[int], float]]]:
-    """``(tokens, score)`` n-best lists per utterance by the mode of ``options``."""
+    """``(tokens, score)`` n-best lists per utterance by the mode of ``options`` (``lm``: fused with
+    ``options.lm_weight``)."""
     if options.mode == "ctc_greedy":
         best, path = log_probs.max(-1)  # the CTC head ran once, in decode_encoded
         valid = torch.arange(best.shape[1], device=best.device)[None, :] < enc_lens[:, None]
         scores = torch.where(valid, best, 0.0).sum(1).tolist()
         return [[(tokens, score)] for tokens, score in zip(collapse_ctc_paths(path, enc_lens), scores, strict=True)]
-    if options.mode == "ctc_prefix_beam":
+    if options.mode == "ctc_prefix_beam" and lm is None:
         nbest = ctc_prefix_beam_search(log_probs, enc_lens, options.beam, options.length_penalty)
         return [[(y, s + options.length_penalty * len(y)) for y, s in hyps[: options.nbest]] for hyps in nbest]
     if options.mode == "rescoring":
@@ -113,13 +128,17 @@ def _search(
             att = attention_scores(model.decoder, enc, enc_lens, [[y for y, _ in hyps] for hyps in nbest])
         else:  # the attention score has no weight (and the model may have no decoder)
             att = [[0.0] * len(hyps) for hyps in nbest]
-        ranked = rescore(nbest, att, options.ctc_weight, options.length_penalty)
+        lm_nbest = lm_scores(lm, [[y for y, _ in hyps] for hyps in nbest]) if lm is not None else None
+        ranked = rescore(nbest, att, options.ctc_weight, options.length_penalty, lm_nbest, options.lm_weight)
         return [hyps[: options.nbest] for hyps in ranked]
+    ctc_weight = 1.0 if options.mode == "ctc_prefix_beam" else options.ctc_weight  # (with an LM)
     scorers: list[tuple[Scorer, float]] = []
-    if options.ctc_weight < 1.0:
-        scorers.append((DecoderScorer(model.decoder, enc, enc_lens), 1.0 - options.ctc_weight))
-    if options.ctc_weight > 0.0:
-        scorers.append((CTCPrefixScorer(log_probs, enc_lens), options.ctc_weight))
+    if ctc_weight < 1.0:
+        scorers.append((DecoderScorer(model.decoder, enc, enc_lens), 1.0 - ctc_weight))
+    if ctc_weight > 0.0:
+        scorers.append((CTCPrefixScorer(log_probs, enc_lens), ctc_weight))
+    if lm is not None:
+        scorers.append((LMScorer(lm), options.lm_weight))
     if options.maxlen_ratio > 0:
         max_lengths = (options.maxlen_ratio * enc_lens.float()).long().clamp(min=1)
     else:

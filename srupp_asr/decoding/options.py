@@ -25,6 +25,10 @@ class DecodingOptions:
       of encoder frames (``joint`` only: CTC cannot emit more tokens than frames anyway).
     - ``nbest``: hypotheses returned per utterance by :func:`~srupp_asr.decoding.decode_encoded` (at most ``beam``;
       ``ctc_greedy`` always returns one).
+    - ``lm_weight``: shallow fusion with an SRU++ LM (given to the decoding functions): ``lm_weight * log P_lm`` is
+      added to every hypothesis' score, during the search (``joint``; ``ctc_prefix_beam`` then runs the
+      label-synchronous search with the CTC prefix scorer and the LM) or to each n-best entry (``rescoring``).
+      0 decodes without an LM; ``ctc_greedy`` takes none.
     """
 
     mode: Mode = "ctc_greedy"
@@ -33,6 +37,7 @@ class DecodingOptions:
     length_penalty: float = 0.0
     maxlen_ratio: float = 0.0
     nbest: int = 1
+    lm_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -47,6 +52,10 @@ class DecodingOptions:
             raise ValueError(f"maxlen_ratio must be a finite number >= 0, got {self.maxlen_ratio!r}")
         if not isinstance(self.nbest, int) or isinstance(self.nbest, bool) or not 1 <= self.nbest <= self.beam:
             raise ValueError(f"nbest must be an integer in [1, beam={self.beam}], got {self.nbest!r}")
+        if not _is_real(self.lm_weight) or not math.isfinite(self.lm_weight) or self.lm_weight < 0:
+            raise ValueError(f"lm_weight must be a finite number >= 0, got {self.lm_weight!r}")
+        if self.lm_weight > 0 and self.mode == "ctc_greedy":
+            raise ValueError("lm_weight needs a beam mode (ctc_prefix_beam, joint or rescoring), not ctc_greedy")
 
 
 def _is_real(value: object) -> bool:

@@ -1,11 +1,12 @@
 """Attention rescoring of CTC n-best lists (WeNet-style): every hypothesis of every utterance is scored by the
-attention decoder in one teacher-forced forward pass."""
+attention decoder in one teacher-forced forward pass (and, with an LM, by the LM in one more)."""
 
 from __future__ import annotations
 
 import torch
 
 from srupp_asr.decoder import IGNORE_ID, TransformerDecoder, add_sos_eos
+from srupp_asr.lm import SRUppLM
 from srupp_asr.model import SOS_EOS_ID
 
 
@@ -34,19 +35,33 @@ def attention_scores(
     return out
 
 
+def lm_scores(lm: SRUppLM, hyps: list[list[list[int]]]) -> list[list[float]]:
+    """``log P_lm(y + <sos/eos>)`` of each hypothesis ``y`` in ``hyps[b]``, all in one batch."""
+    flat = [y for nbest in hyps for y in nbest]
+    totals = (-lm.sentence_nll(flat)).tolist() if flat else []
+    out, i = [], 0
+    for nbest in hyps:
+        out.append(totals[i : i + len(nbest)])
+        i += len(nbest)
+    return out
+
+
 def rescore(
     ctc_nbest: list[list[tuple[list[int], float]]],
     att_scores: list[list[float]],
     ctc_weight: float,
     length_penalty: float,
+    lm: list[list[float]] | None = None,
+    lm_weight: float = 0.0,
 ) -> list[list[tuple[list[int], float]]]:
-    """Per utterance, its hypotheses by ``ctc_weight * ctc + (1 - ctc_weight) * att + length_penalty * len``, best
-    first (``ctc_nbest`` holds ``(tokens, log P_ctc)``)."""
+    """Per utterance, its hypotheses by ``ctc_weight * ctc + (1 - ctc_weight) * att + lm_weight * lm +
+    length_penalty * len``, best first (``ctc_nbest`` holds ``(tokens, log P_ctc)``; ``lm`` the LM scores, if any)."""
     out = []
-    for nbest, att in zip(ctc_nbest, att_scores, strict=True):
+    for u, (nbest, att) in enumerate(zip(ctc_nbest, att_scores, strict=True)):
+        lm_u = lm[u] if lm is not None else [0.0] * len(nbest)
         scored = [
-            (y, ctc_weight * ctc + (1.0 - ctc_weight) * a + length_penalty * len(y))
-            for (y, ctc), a in zip(nbest, att, strict=True)
+            (y, ctc_weight * ctc + (1.0 - ctc_weight) * a + lm_weight * s + length_penalty * len(y))
+            for (y, ctc), a, s in zip(nbest, att, lm_u, strict=True)
         ]
         out.append(sorted(scored, key=lambda h: -h[1]))
     return out

@@ -1,7 +1,7 @@
 """Scorers for label-synchronous beam search: the attention decoder and the CTC prefix scorer, behind one interface.
 
 A :class:`Scorer` gives each hypothesis (a row: a prefix ``ys`` that starts with ``<sos/eos>``) a log score for
-the next token. *Full* scorers (the attention decoder; a language model would be one) score the whole vocabulary
+the next token. *Full* scorers (the attention decoder, the SRU++ language model) score the whole vocabulary
 cheaply; *partial* scorers (CTC) score only the candidate tokens the full scorers preselected. The search owns the
 hypotheses; a scorer owns its per-hypothesis state and reorders it when the search keeps some rows and extends
 them.
@@ -32,7 +32,9 @@ from typing import Any, Protocol
 import torch
 
 from srupp_asr.decoder import TransformerDecoder
+from srupp_asr.lm import SRUppLM
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID
+from srupp_asr.sru import LayerState
 
 NEG_INF = float("-inf")
 
@@ -97,6 +99,35 @@ class DecoderScorer:
         else:
             memory, memory_lens = state.memory[rows], state.memory_lens[rows]
         return _DecoderState(utterances, memory, memory_lens, None if cache is None else [c[rows] for c in cache])
+
+
+class LMScorer:
+    """An :class:`~srupp_asr.lm.SRUppLM` as a full scorer (shallow fusion): ``log P_lm(token | ys)``.
+
+    Its state is the LM's layer states after reading every token of ``ys`` but the last; :meth:`score` feeds the
+    last one. The LM's ``<sos/eos>`` probability scores the end of a hypothesis."""
+
+    full = True
+
+    def __init__(self, lm: SRUppLM) -> None:
+        self.lm = lm
+
+    def init_state(self, utterances: torch.Tensor) -> list[LayerState] | None:
+        """Nothing read yet (the first :meth:`score` feeds ``<sos/eos>``)."""
+        return None
+
+    def score(
+        self, state: list[LayerState] | None, ys: torch.Tensor, candidates: torch.Tensor | None
+    ) -> tuple[torch.Tensor, Any]:
+        """``(N, V)`` next-token log-probabilities after ``ys``; the layer states with ``ys``'s last token read."""
+        return self.lm.step(ys[:, -1], state)
+
+    def select(
+        self, state: list[LayerState] | None, rows: torch.Tensor, tokens: torch.Tensor | None, pending: Any
+    ) -> list[LayerState] | None:
+        """The states of ``rows`` (with their last token read when the hypotheses were extended)."""
+        source = pending if tokens is not None else state
+        return None if source is None else [s.select(rows) for s in source]
 
 
 @dataclass

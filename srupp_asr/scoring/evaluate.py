@@ -22,7 +22,14 @@ from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
 from srupp_asr.scoring.formats import Transcript, write_jsonl
 from srupp_asr.scoring.report import WORST, ReportInfo, write_report
 from srupp_asr.scoring.score import add_report_arguments, print_summary
-from srupp_asr.transcribe import DEFAULT_BATCH_SIZE, DEFAULT_DECODING, add_decoding_arguments, resolve_device
+from srupp_asr.transcribe import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DECODING,
+    add_decoding_arguments,
+    decoding_options,
+    load_fusion_lm,
+    resolve_device,
+)
 
 if TYPE_CHECKING:
     from srupp_asr.decoding import DecodingOptions
@@ -58,19 +65,6 @@ def _manifest_name(path: str | os.PathLike) -> str:
     return name
 
 
-def decoding_options(
-    decoding: str, beam: int | None, ctc_weight: float | None, length_penalty: float | None
-) -> DecodingOptions:
-    """:class:`srupp_asr.decoding.DecodingOptions` from the command-line values (None: the default)."""
-    from srupp_asr.decoding import DecodingOptions
-
-    given = {"beam": beam, "ctc_weight": ctc_weight, "length_penalty": length_penalty}
-    try:
-        return DecodingOptions(mode=decoding, **{k: v for k, v in given.items() if v is not None})
-    except ValueError as err:
-        raise UserError(f"decoding options: {err}") from None
-
-
 def evaluate(
     model: str | os.PathLike,
     cuts: str | os.PathLike,
@@ -79,6 +73,8 @@ def evaluate(
     beam: int | None = None,
     ctc_weight: float | None = None,
     length_penalty: float | None = None,
+    lm: str | os.PathLike | None = None,
+    lm_weight: float | None = None,
     device: str = "auto",
     batch_size: int = DEFAULT_BATCH_SIZE,
     train_log: str | os.PathLike | None = None,
@@ -99,10 +95,11 @@ def evaluate(
 
     if batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {batch_size}")
-    options = decoding_options(decoding, beam, ctc_weight, length_penalty)
+    options = decoding_options(decoding, beam, ctc_weight, length_penalty, lm, lm_weight)
     cutset = load_cuts(cuts)
     device = resolve_device(device)
     net, tokenizer = load_model(model, device)
+    fusion_lm = load_fusion_lm(lm, tokenizer, device) if lm is not None else None
     dataset = ASRDataset(tokenizer)  # no augmentation: audio exactly as training reads it
 
     def speaker(cut) -> str | None:
@@ -121,7 +118,7 @@ def evaluate(
             if batch["cut_ids"]:
                 begin = time.perf_counter()
                 try:
-                    out = decode(net, tokenizer, batch["audio"], batch["audio_lens"], options)
+                    out = decode(net, tokenizer, batch["audio"], batch["audio_lens"], options, fusion_lm)
                 except ValueError as err:  # the model lacks the CTC head or decoder the mode needs
                     raise UserError(f"{model}: {err}") from None
                 if device.startswith("cuda"):
@@ -137,6 +134,8 @@ def evaluate(
     result = score_transcripts(refs, hyps)
     speed = DecodingSpeed(audio_samples / SAMPLE_RATE, decode_seconds, load_seconds, len(hyps), device)
     details = {"model": str(model), "decoding": _describe(options), **speed.details()}
+    if lm is not None:
+        details["lm"] = str(lm)
     info = ReportInfo(name or _manifest_name(cuts), str(cuts), str(Path(out_dir) / "hyp.jsonl"), True, details)
     write_jsonl(Path(out_dir) / "hyp.jsonl", hyps)
     write_jsonl(Path(out_dir) / "ref.jsonl", refs)
@@ -152,6 +151,8 @@ def _describe(options: DecodingOptions) -> str:
         fields["ctc_weight"] = options.ctc_weight
     if options.length_penalty:
         fields["length_penalty"] = options.length_penalty
+    if options.lm_weight:
+        fields["lm_weight"] = options.lm_weight
     return " ".join(f"{k}={v}" for k, v in fields.items())
 
 
@@ -165,6 +166,8 @@ def main(args: argparse.Namespace) -> int:
         beam=args.beam,
         ctc_weight=args.ctc_weight,
         length_penalty=args.length_penalty,
+        lm=args.lm,
+        lm_weight=args.lm_weight,
         device=args.device,
         batch_size=args.batch_size,
         train_log=args.train_log,

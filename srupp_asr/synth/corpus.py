@@ -8,6 +8,8 @@ Output (``OUT`` is the corpus folder)::
     OUT/corpus.json                                    configuration, voices, split definition, counts, hours
     OUT/SPLITS.txt                                     the split definition in words
     OUT/text/sentences.tsv                             the sentence pool: id, source, spoken form, written form
+    OUT/text/lm_train.txt                              every training sentence of the pool (for train-lm): none
+                                                       is a dev or test sentence
 
 The plan (which sentence, voice and variation each utterance gets) is a function of the seed, the size, the
 voice set and the sentence pool; every random choice of an utterance comes from a generator seeded by the corpus
@@ -71,6 +73,7 @@ PIPELINE_VERSION = 1  # part of every FLAC's key: change it when the audio a pla
 _VOICE_STREAM, _VARIATION_STREAM, _SENTENCE_STREAM = 0, 1, 2
 _MANIFEST = "manifests/{split}_cuts.jsonl.gz"
 _SENTENCES = "text/sentences.tsv"
+_LM_TEXT = "text/lm_train.txt"
 _WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*")
 
 
@@ -195,15 +198,28 @@ def _take(pool: list[tuple[Sentence, float]], seconds: float, what: str) -> tupl
     return pool[:n], pool[n:]
 
 
-def plan_corpus(
-    sentences: Sequence[Sentence], voice_split: VoiceSplit, hours: float, seed: int = 0, max_utts: int | None = None
-) -> list[Utterance]:
-    """Every utterance of a corpus of about ``hours`` (at most ``max_utts`` per split), in split order."""
+def _split_pool(sentences: Sequence[Sentence], hours: float, seed: int) -> tuple[list, list, list]:
+    """The shuffled pool cut into test, dev and training sentences, each ``(sentence, estimated seconds)``."""
     order = np.random.default_rng([seed, _SENTENCE_STREAM]).permutation(len(sentences))
     pool = [(sentences[i], _estimate_seconds(sentences[i])) for i in order]
     eval_hours = max(MIN_EVAL_HOURS, EVAL_SHARE * hours)
     test, pool = _take(pool, eval_hours * 3600, "test")
     dev, train = _take(pool, eval_hours * 3600, "dev")
+    return test, dev, train
+
+
+def lm_training_text(sentences: Sequence[Sentence], hours: float, seed: int = 0) -> list[str]:
+    """The spoken form of every training sentence of the pool, spoken in the corpus or not: text for a language
+    model that shares no sentence with dev or test (the pool holds each normalised sentence once)."""
+    return [sentence.spoken for sentence, _ in _split_pool(sentences, hours, seed)[2]]
+
+
+def plan_corpus(
+    sentences: Sequence[Sentence], voice_split: VoiceSplit, hours: float, seed: int = 0, max_utts: int | None = None
+) -> list[Utterance]:
+    """Every utterance of a corpus of about ``hours`` (at most ``max_utts`` per split), in split order."""
+    test, dev, train = _split_pool(sentences, hours, seed)
+    eval_hours = max(MIN_EVAL_HOURS, EVAL_SHARE * hours)
     train_seconds = max(hours - 3 * eval_hours, eval_hours) * 3600
     plan: list[Utterance] = []
 
@@ -473,6 +489,7 @@ def build_corpus(
     split_hours = {split: round(sum(c.duration for c in cuts[split]) / 3600, 4) for split in SPLITS}
     description = describe_splits(voice_split)
     atomic_write_text(out_dir / "SPLITS.txt", description)
+    atomic_write_text(out_dir / _LM_TEXT, "\n".join(lm_training_text(sentences, hours, seed)) + "\n")
     info = {
         "format": 1,
         "config": {
@@ -488,6 +505,7 @@ def build_corpus(
         "text": {
             "sentences": len(sentences),
             "sentences_file": _SENTENCES,
+            "lm_training_text": _LM_TEXT,
             "sources": [{"name": r.name, "files": r.files, "seen": r.seen, "kept": r.kept} for r in sources],
         },
         "variation": variation_settings(),

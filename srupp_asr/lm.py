@@ -1,0 +1,184 @@
+"""The SRU++ language model of the seeds: token embedding -> causal SRU++ layers -> layernorm -> softmax.
+
+A sentence-level LM over the ASR tokenizer's pieces: it reads ``<sos/eos> y_1 .. y_n`` and predicts
+``y_1 .. y_n <sos/eos>``, so its scores plug straight into the decoders' beam search (shallow fusion, see
+:class:`srupp_asr.decoding.scorers.LMScorer`) and into n-best rescoring. The layers are unidirectional SRU++ layers
+with causal attention (:class:`srupp_asr.sru.SRUppLayer` with ``causal=True``); decoding runs them one token at a
+time with their recurrent states and key/value caches (:meth:`SRUppLM.step`), which gives the same log-probabilities
+as the whole-sentence forward.
+
+An LM directory is written like a model directory (:func:`srupp_asr.export.write_model_dir`), nothing pickled::
+
+    LM_DIR/config.yaml         format_version and ``lm:`` (the SRUppLM constructor arguments)
+    LM_DIR/model.safetensors   the SRUppLM state dict
+    LM_DIR/tokenizer.model     the tokenizer it was trained with (must be the ASR model's)
+
+Training is :mod:`srupp_asr.lm_train` (``srupp-asr train-lm``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from srupp_asr.errors import UserError
+from srupp_asr.export import (
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    read_weights,
+    weights_problem,
+    write_model_dir,
+)
+from srupp_asr.fileio import read_yaml_mapping
+from srupp_asr.sru import LayerState, SRUppEncoder
+from srupp_asr.tokenizer import Tokenizer
+
+SOS_EOS_ID = Tokenizer.sos_eos_id
+PAD_ID = Tokenizer.blank_id  # never a target: the blank is not a text token
+
+
+class SRUppLM(nn.Module):
+    """Causal SRU++ language model over token ids."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 512,
+        num_layers: int = 4,
+        attn_dim: int = 256,
+        num_heads: int = 4,
+        attn_every: int = 1,
+        dropout: float = 0.1,
+        attn_dropout: float = 0.1,
+        highway_bias: float = -2.0,
+    ) -> None:
+        super().__init__()
+        if vocab_size <= SOS_EOS_ID:
+            raise ValueError(f"vocab_size must exceed the special ids (0-{SOS_EOS_ID}), got {vocab_size}")
+        self.config: dict[str, Any] = {
+            "vocab_size": vocab_size,
+            "d_model": d_model,
+            "num_layers": num_layers,
+            "attn_dim": attn_dim,
+            "num_heads": num_heads,
+            "attn_every": attn_every,
+            "dropout": dropout,
+            "attn_dropout": attn_dropout,
+            "highway_bias": highway_bias,
+        }
+        self.vocab_size = vocab_size
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.body = SRUppEncoder(
+            d_model,
+            d_model,
+            num_layers,
+            attn_dim,
+            num_heads,
+            attn_every,
+            bidirectional=False,
+            dropout=dropout,
+            attn_dropout=attn_dropout,
+            highway_bias=highway_bias,
+            causal=True,
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.out = nn.Linear(d_model, vocab_size)
+        self.emb_dropout = nn.Dropout(dropout)
+
+    def num_params(self) -> int:
+        """Number of parameters."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``tokens`` ``(B, L)`` (valid up to ``lengths`` ``(B,)``) -> ``(B, L, V)`` next-token logits."""
+        h, _ = self.body(self.emb_dropout(self.embed(tokens)), lengths)
+        return self.out(self.norm(h))
+
+    def sentence_nll(self, sentences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """``-log P(y_1 .. y_n <sos/eos>)`` ``(B,)`` of each token sequence (without ``<sos/eos>``), summed over its
+        tokens."""
+        inputs, targets, lengths = self.batch(sentences)
+        logits = self(inputs, lengths)
+        nll = F.cross_entropy(logits.transpose(1, 2).float(), targets, ignore_index=PAD_ID, reduction="none")
+        return nll.sum(1)
+
+    def batch(self, sentences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Padded ``(inputs, targets, lengths)``: ``<sos/eos> + y`` and ``y + <sos/eos>`` (padding: :data:`PAD_ID`)."""
+        device = self.embed.weight.device
+        lengths = torch.tensor([len(y) + 1 for y in sentences], dtype=torch.long)
+        inputs = torch.full((len(sentences), max(len(y) for y in sentences) + 1), PAD_ID, dtype=torch.long)
+        targets = inputs.clone()
+        for i, y in enumerate(sentences):
+            y = torch.as_tensor(list(y), dtype=torch.long)
+            inputs[i, 0] = SOS_EOS_ID
+            inputs[i, 1 : len(y) + 1] = y
+            targets[i, : len(y)] = y
+            targets[i, len(y)] = SOS_EOS_ID
+        return inputs.to(device), targets.to(device), lengths.to(device)
+
+    def step(
+        self, tokens: torch.Tensor, states: list[LayerState] | None = None
+    ) -> tuple[torch.Tensor, list[LayerState]]:
+        """Feed one token per row (``(N,)``; ``<sos/eos>`` first) -> ``(N, V)`` float32 log-probabilities of the
+        next token, and the new states (None before the first token)."""
+        h, states = self.body.step(self.embed(tokens), states)
+        return self.out(self.norm(h)).float().log_softmax(-1), states
+
+
+def save_lm(model: SRUppLM, tokenizer_path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write an LM directory atomically (an existing LM or model directory at ``out_dir`` is replaced)."""
+    tokenizer = Tokenizer(tokenizer_path)
+    if tokenizer.vocab_size != model.vocab_size:
+        raise UserError(f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, the LM {model.vocab_size}")
+    weights = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    config = {"format_version": FORMAT_VERSION, "lm": dict(model.config)}
+    return write_model_dir(out_dir, config, weights, tokenizer_path)
+
+
+def load_lm(lm_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[SRUppLM, Tokenizer]:
+    """The LM (eval mode, on ``device``) and tokenizer of an LM directory; reads no pickle."""
+    lm_dir = Path(lm_dir)
+    if not lm_dir.is_dir():
+        raise UserError(f"{lm_dir}: LM directory not found")
+    config_path = lm_dir / CONFIG_FILE
+    if not config_path.is_file():
+        raise UserError(f"{config_path}: not found (not a srupp-asr LM directory)")
+    data = read_yaml_mapping(config_path, "LM config")
+    if data.get("format_version") != FORMAT_VERSION:
+        raise UserError(f"{config_path}: unknown format_version {data.get('format_version')!r}")
+    if not isinstance(data.get("lm"), dict):
+        what = "an ASR model, not an LM" if isinstance(data.get("model"), dict) else "no 'lm:' settings"
+        raise UserError(f"{config_path}: {what}")
+    try:
+        model = SRUppLM(**data["lm"])
+    except (TypeError, ValueError) as err:
+        raise UserError(f"{config_path}: bad LM settings ({str(err).splitlines()[0]})") from None
+    tokenizer_path = lm_dir / TOKENIZER_FILE
+    if not tokenizer_path.is_file():
+        raise UserError(f"{tokenizer_path}: not found (an LM directory holds its tokenizer)")
+    tokenizer = Tokenizer(tokenizer_path)
+    if tokenizer.vocab_size != model.vocab_size:
+        raise UserError(f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, the LM {model.vocab_size}")
+    weights = read_weights(lm_dir / WEIGHTS_FILE)
+    problem = weights_problem(model, weights)
+    if problem:
+        raise UserError(f"{lm_dir / WEIGHTS_FILE}: {problem}")
+    model.load_state_dict(weights, strict=True)
+    return model.to(device).eval(), tokenizer
+
+
+def check_same_tokenizer(lm_tokenizer: Tokenizer, asr_tokenizer: Tokenizer, lm_dir: str | os.PathLike) -> None:
+    """A UserError unless the LM was trained on the ASR model's pieces (same vocabulary, same ids)."""
+    same = lm_tokenizer.vocab_size == asr_tokenizer.vocab_size and all(
+        lm_tokenizer.id_to_piece(i) == asr_tokenizer.id_to_piece(i) for i in range(asr_tokenizer.vocab_size)
+    )
+    if not same:
+        raise UserError(f"{lm_dir}: the LM's tokenizer differs from the ASR model's (train the LM with its tokenizer)")

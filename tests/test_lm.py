@@ -1,0 +1,224 @@
+"""The SRU++ language model: step-by-step scoring equals the whole-sentence forward, LM directories round-trip and
+refuse what is not theirs, ``train-lm`` learns and resumes, and shallow fusion adds ``lm_weight * log P_lm`` in
+every beam mode."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from srupp_asr.cli import main
+from srupp_asr.decoding import DecodingOptions, decode_encoded
+from srupp_asr.decoding.beam_search import beam_search
+from srupp_asr.decoding.scorers import CTCPrefixScorer, LMScorer
+from srupp_asr.errors import UserError
+from srupp_asr.lm import SRUppLM, load_lm, save_lm
+from srupp_asr.lm_train import LMTrainConfig, make_batches, train_lm
+from srupp_asr.model import ASRModel
+from srupp_asr.tokenizer import Tokenizer
+
+SENTENCES = [
+    "the cat sat on the mat",
+    "the dog sat on the log",
+    "a cat and a dog",
+    "the mat is on the log",
+    "a dog sat on a cat",
+] * 8
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> Tokenizer:
+    """A character tokenizer of :data:`SENTENCES`."""
+    return Tokenizer.train(SENTENCES, tmp_path_factory.mktemp("lm_tok") / "tokenizer.model", 40, "char")
+
+
+def tiny_lm(vocab: int, attn_every: int = 1, seed: int = 0) -> SRUppLM:
+    torch.manual_seed(seed)
+    lm = SRUppLM(vocab, d_model=32, num_layers=3, attn_dim=16, num_heads=2, attn_every=attn_every, dropout=0.0)
+    for layer in lm.body.layers:  # attention on (alpha starts at 0), so the key/value caches are exercised
+        if layer.attention:
+            torch.nn.init.constant_(layer.alpha, 0.7)
+    return lm.eval()
+
+
+@pytest.mark.parametrize("attn_every", [1, 2, 0])
+def test_step_by_step_log_probs_equal_the_whole_sentence_forward(attn_every: int) -> None:
+    lm = tiny_lm(30, attn_every)
+    sentences = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [], [3, 3, 3]]
+    inputs, targets, lengths = lm.batch(sentences)
+    with torch.no_grad():
+        whole = lm(inputs, lengths).log_softmax(-1)
+        states = None
+        steps = []
+        for t in range(inputs.shape[1]):
+            log_probs, states = lm.step(inputs[:, t], states)
+            steps.append(log_probs)
+        stepped = torch.stack(steps, 1)
+        for b, n in enumerate(lengths.tolist()):
+            torch.testing.assert_close(stepped[b, :n], whole[b, :n], atol=1e-5, rtol=1e-5)
+        # sentence_nll: -(sum of the step log-probs of each target, <sos/eos> at the end included)
+        expected = [-sum(float(stepped[b, t, targets[b, t]]) for t in range(n)) for b, n in enumerate(lengths.tolist())]
+        torch.testing.assert_close(lm.sentence_nll(sentences), torch.tensor(expected), atol=1e-4, rtol=1e-5)
+
+
+def test_lm_directory_round_trip_and_refusals(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    lm = tiny_lm(tokenizer.vocab_size)
+    out = save_lm(lm, tokenizer.path, tmp_path / "lm")
+    loaded, tok = load_lm(out)
+    assert tok.vocab_size == tokenizer.vocab_size
+    ys = [tokenizer.encode("the cat"), tokenizer.encode("a dog sat")]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.sentence_nll(ys), lm.sentence_nll(ys))
+    with pytest.raises(UserError, match="LM directory not found"):
+        load_lm(tmp_path / "missing")
+    asr_like = tmp_path / "asr"
+    asr_like.mkdir()
+    (asr_like / "config.yaml").write_text("format_version: 1\nmodel: {vocab_size: 40}\n")
+    with pytest.raises(UserError, match="an ASR model, not an LM"):
+        load_lm(asr_like)
+    (out / "model.safetensors").write_bytes(b"\x00" * 20)
+    with pytest.raises(UserError, match=r"model\.safetensors: not a readable safetensors file"):
+        load_lm(out)
+    other = Tokenizer.train(["xyz qrs " * 3] * 5, tmp_path / "other.model", 20, "char")
+    with pytest.raises(UserError, match="tokenizer has"):
+        save_lm(lm, other.path, tmp_path / "lm2")
+
+
+def test_batches_group_by_length_within_the_token_budget() -> None:
+    sentences = [[1] * n for n in (3, 10, 1, 7, 7, 2, 30)]
+    batches = make_batches(sentences, batch_tokens=16)
+    assert sorted(i for b in batches for i in b) == list(range(len(sentences)))
+    for batch in batches:
+        width = max(len(sentences[i]) + 1 for i in batch)
+        assert width * len(batch) <= 16 or len(batch) == 1
+
+
+def test_train_lm_learns_the_text_and_resumes(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(SENTENCES) + "\n")
+    cfg = LMTrainConfig(
+        tokenizer=str(tokenizer.path),
+        out_dir=str(tmp_path / "lm"),
+        train_text=[str(text)],
+        valid_text=[str(text)],
+        d_model=32,
+        num_layers=2,
+        attn_dim=16,
+        num_heads=2,
+        dropout=0.0,
+        batch_tokens=200,
+        lr=0.01,
+        warmup_steps=10,
+        max_epochs=15,
+    )
+    result = train_lm(cfg)
+    # Uniform guessing over the pieces would be ~vocab_size; the memorised text is far more predictable.
+    assert result["best_valid_ppl"] < 3.0, result
+    lm, _ = load_lm(tmp_path / "lm")
+    nll = lm.sentence_nll([tokenizer.encode("the cat sat on the mat"), tokenizer.encode("mat the on sat cat the")])
+    assert nll[0] < nll[1] - 5.0  # a seen sentence is far likelier than its words reversed
+    state = Path(f"{cfg.out_dir}.train.pt")
+    assert state.is_file()
+    cfg.max_epochs, cfg.resume = 16, True
+    resumed = train_lm(cfg)
+    assert resumed["epochs"] == 16 and resumed["steps"] > result["steps"]
+
+
+def test_train_lm_command_errors_are_one_line(tokenizer: Tokenizer, tmp_path: Path, capsys) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    text = tmp_path / "text.txt"
+    text.write_text("the cat\n")
+    base = ["train-lm", "--tokenizer", str(tokenizer.path), "--out-dir", str(tmp_path / "lm")]
+    cases = [
+        ([*base, "--valid-text", str(empty)], "give training text"),
+        ([*base, "--train-text", str(empty), "--valid-text", str(empty)], "no non-empty sentence"),
+        ([*base, "--train-text", str(tmp_path / "nope.txt"), "--valid-text", str(empty)], "nope.txt: cannot read"),
+        ([*base, "--train-text", str(text), "--valid-text", str(text), "--resume"], "no training state to resume"),
+        ([*base, "--train-text", str(empty), "--valid-text", str(empty), "--num-heads", "3"], "not divisible"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+
+
+def biased_lm(vocab: int, preferred: int) -> SRUppLM:
+    """An LM whose next-token distribution ignores the history and strongly prefers ``preferred`` (and <sos/eos>)."""
+    lm = tiny_lm(vocab)
+    with torch.no_grad():
+        lm.out.weight.zero_()
+        lm.out.bias.zero_()
+        lm.out.bias[preferred] = 6.0
+        lm.out.bias[2] = 3.0
+    return lm
+
+
+def test_shallow_fusion_adds_the_weighted_lm_score_and_flips_an_acoustic_tie() -> None:
+    # Two frames; tokens 3 and 4 are equally likely in frame 0, blank in frame 1: CTC alone cannot tell [3] from [4].
+    V = 6
+    probs = torch.full((1, 2, V), 0.01)
+    probs[0, 0, 3] = probs[0, 0, 4] = 0.47
+    probs[0, 1, 0] = 0.95
+    log_probs = (probs / probs.sum(-1, keepdim=True)).log()
+    lengths = torch.tensor([2])
+    lm = biased_lm(V, preferred=4)
+    for weight in (0.0, 0.5):
+        scorers = [(CTCPrefixScorer(log_probs, lengths), 1.0), (LMScorer(lm), weight)]
+        (best, score), *_ = beam_search(scorers, 1, lengths, V, beam=4, nbest=2)[0]
+        if weight == 0.0:
+            continue
+        assert best == [4]
+        with torch.no_grad():
+            lm_logp = -float(lm.sentence_nll([[4]])[0])
+        p = log_probs[0].exp()
+        ctc = math.log(float(p[0, 4] * p[1, 0] + p[0, 4] * p[1, 4] + p[0, 0] * p[1, 4]))  # paths "4-", "44", "-4"
+        assert score == pytest.approx(ctc + weight * lm_logp, abs=1e-4)
+
+
+def test_every_beam_mode_fuses_the_lm_and_prefix_beam_matches_joint_with_ctc_only() -> None:
+    torch.manual_seed(0)
+    V = 12
+    model = ASRModel(V, d_model=32, encoder_conf={"num_layers": 2, "attn_dim": 16}, decoder_conf={"d_model": 32})
+    model.eval()
+    enc = torch.randn(2, 9, model.encoder.output_size)
+    enc_lens = torch.tensor([9, 6])
+    tokenizer = type("Tok", (), {"decode": lambda self, ids: " ".join(map(str, ids)), "id_to_piece": str})()
+    lm = biased_lm(V, preferred=7)
+    with torch.inference_mode():
+        prefix = decode_encoded(model, tokenizer, enc, enc_lens, DecodingOptions("ctc_prefix_beam", lm_weight=0.5), lm)
+        joint = decode_encoded(
+            model, tokenizer, enc, enc_lens, DecodingOptions("joint", ctc_weight=1.0, lm_weight=0.5), lm
+        )
+        plain = decode_encoded(model, tokenizer, enc, enc_lens, DecodingOptions("ctc_prefix_beam"))
+        rescored = decode_encoded(
+            model, tokenizer, enc, enc_lens, DecodingOptions("rescoring", ctc_weight=1.0, lm_weight=0.5, nbest=3), lm
+        )
+        reference = decode_encoded(model, tokenizer, enc, enc_lens, DecodingOptions("ctc_prefix_beam", nbest=10))
+    for a, b in zip(prefix, joint, strict=True):
+        assert a[0].tokens == b[0].tokens and a[0].score == pytest.approx(b[0].score, abs=1e-4)
+    # The LM prefers token 7: fusion gives at least as many 7s as decoding without it.
+    assert sum(h[0].tokens.count(7) for h in prefix) >= sum(h[0].tokens.count(7) for h in plain)
+    # Rescoring: each n-best entry's score is its CTC score plus lm_weight * log P_lm.
+    for hyps, ref in zip(rescored, reference, strict=True):
+        ctc = {tuple(h.tokens): h.score for h in ref}
+        for h in hyps:
+            lm_logp = -float(lm.sentence_nll([h.tokens])[0])
+            assert h.score == pytest.approx(ctc[tuple(h.tokens)] + 0.5 * lm_logp, abs=1e-3)
+
+
+def test_fusion_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="lm_weight needs a beam mode"):
+        DecodingOptions("ctc_greedy", lm_weight=0.3)
+    with pytest.raises(ValueError, match="lm_weight must be"):
+        DecodingOptions("joint", lm_weight=-1.0)
+    model = ASRModel(12, d_model=32, encoder_conf={"num_layers": 1, "attn_dim": 16}, decoder_conf={"d_model": 32})
+    with pytest.raises(ValueError, match="needs a language model"):
+        decode_encoded(model, None, torch.randn(1, 4, 32), torch.tensor([4]), DecodingOptions("joint", lm_weight=0.3))
+    with pytest.raises(ValueError, match="the LM has 30 tokens"):
+        decode_encoded(
+            model, None, torch.randn(1, 4, 32), torch.tensor([4]), DecodingOptions("joint", lm_weight=0.3), tiny_lm(30)
+        )
