@@ -54,16 +54,27 @@ class MultiHeadAttention(nn.Module):
         self.wv = nn.Linear(kv_dim, d_model)
         self.wo = nn.Linear(d_model, d_model)
 
-    def forward(self, query: torch.Tensor, key_value: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """``query`` ``(B, Lq, d)``, ``key_value`` ``(B, Lk, kv_dim)``, ``mask`` broadcastable to
-        ``(B, 1, Lq, Lk)``, True where a query may attend. Returns ``(B, Lq, d)``."""
+    def _split(self, t: torch.Tensor) -> torch.Tensor:  # (B, L, d) -> (B, heads, L, d / heads)
+        B, _, d = t.shape
+        return t.view(B, -1, self.num_heads, d // self.num_heads).transpose(1, 2)
+
+    def project_kv(self, key_value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of ``key_value`` ``(B, Lk, kv_dim)``, each ``(B, heads, Lk, d / heads)``: computed once,
+        they serve any number of :meth:`forward` calls (the encoder memory during a beam search)."""
+        return self._split(self.wk(key_value)), self._split(self.wv(key_value))
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key_value: torch.Tensor | None,
+        mask: torch.Tensor | None,
+        kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """``query`` ``(B, Lq, d)``, ``key_value`` ``(B, Lk, kv_dim)`` (or its :meth:`project_kv` as ``kv``),
+        ``mask`` broadcastable to ``(B, 1, Lq, Lk)``, True where a query may attend. Returns ``(B, Lq, d)``."""
         B, Lq, d = query.shape
-        heads = self.num_heads
-
-        def split(t: torch.Tensor) -> torch.Tensor:  # (B, L, d) -> (B, heads, L, d / heads)
-            return t.view(B, -1, heads, d // heads).transpose(1, 2)
-
-        q, k, v = split(self.wq(query)), split(self.wk(key_value)), split(self.wv(key_value))
+        k, v = kv if kv is not None else self.project_kv(key_value)
+        q = self._split(self.wq(query))
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
         return self.wo(a.transpose(1, 2).reshape(B, Lq, d))
 
@@ -85,17 +96,20 @@ class DecoderLayer(nn.Module):
         self,
         x: torch.Tensor,
         self_mask: torch.Tensor | None,
-        memory: torch.Tensor,
+        memory: torch.Tensor | None,
         memory_mask: torch.Tensor,
         last_only: bool = False,
+        memory_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """``x`` ``(B, U, d)``; with ``last_only`` compute the output of the last position only ``(B, 1, d)``."""
+        """``x`` ``(B, U, d)``; with ``last_only`` compute the output of the last position only ``(B, 1, d)``;
+        ``memory_kv``: the cross-attention's keys and values of ``memory``, precomputed (then ``memory`` may be
+        None)."""
         normed = self.norm_self(x)
         # Incremental decoding: the last position's query still sees every earlier key, so the
         # result equals the full pass while the earlier positions' outputs come from the cache.
         query, residual = (normed[:, -1:], x[:, -1:]) if last_only else (normed, x)
         h = residual + self.dropout(self.self_attn(query, normed, self_mask))
-        h = h + self.dropout(self.cross_attn(self.norm_cross(h), memory, memory_mask))
+        h = h + self.dropout(self.cross_attn(self.norm_cross(h), memory, memory_mask, memory_kv))
         return h + self.dropout(self.ffn(self.norm_ffn(h)))
 
 
@@ -130,9 +144,14 @@ class TransformerDecoder(nn.Module):
         x = self.embed(ys) * math.sqrt(self.d_model)
         return self.embed_dropout(x + sinusoidal_positions(ys.shape[1], self.d_model, ys.device, x.dtype))
 
+    def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's cross-attention keys and values of ``memory`` ``(B, T, memory_dim)``, for :meth:`score_step`
+        (index every tensor along dim 0 to pick or reorder rows)."""
+        return [layer.cross_attn.project_kv(memory) for layer in self.layers]
+
     @staticmethod
-    def _memory_mask(memory: torch.Tensor, memory_lens: torch.Tensor) -> torch.Tensor:
-        valid = sequence_mask(memory_lens.to(memory.device), memory.shape[1])
+    def _memory_mask(memory_lens: torch.Tensor, frames: int, device: torch.device) -> torch.Tensor:
+        valid = sequence_mask(memory_lens.to(device), frames)
         # A memory with no frames would give NaN attention; let it attend everywhere instead.
         return (valid | ~valid.any(1, keepdim=True))[:, None, None, :]  # (B, 1, 1, T)
 
@@ -140,7 +159,7 @@ class TransformerDecoder(nn.Module):
         """Every layer's output ``(B, U, d_model)`` at every position, causally."""
         U = ys.shape[1]
         causal = torch.ones(U, U, dtype=torch.bool, device=ys.device).tril()
-        memory_mask = self._memory_mask(memory, memory_lens)
+        memory_mask = self._memory_mask(memory_lens, memory.shape[1], memory.device)
         x, outputs = self._embed(ys), []
         for layer in self.layers:
             x = layer(x, causal, memory, memory_mask)
@@ -159,33 +178,45 @@ class TransformerDecoder(nn.Module):
 
     def score_step(
         self,
-        memory: torch.Tensor,
+        memory: torch.Tensor | None,
         memory_lens: torch.Tensor,
         ys: torch.Tensor,
         cache: list[torch.Tensor] | None = None,
+        memory_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Log-probabilities ``(N, vocab)`` of the token after prefixes ``ys`` ``(N, u)``, and the new cache.
 
         ``cache`` is what the previous call returned for ``ys[:, :-1]``: per layer, that layer's
         outputs at the earlier positions, ``(N, u - 1, d_model)``; with it only the last position
         goes through the stack. ``None`` computes every position (the first step, or a forced
-        prefix). To reorder hypotheses, index every cache tensor along dim 0. Search under
-        ``torch.inference_mode()``.
+        prefix). ``memory_kv`` (:meth:`memory_kv` of each row's memory) saves projecting the memory
+        again at every step; with it ``memory`` may be None. To reorder hypotheses, index every cache
+        tensor along dim 0. Search under ``torch.inference_mode()``.
         """
+        if memory_kv is None:
+            if memory is None:
+                raise ValueError("score_step needs the memory or its memory_kv")
+            memory_kv = self.memory_kv(memory)
+        frames, device = memory_kv[0][0].shape[2], ys.device
+        memory_mask = self._memory_mask(memory_lens, frames, device)
         if cache is None:
-            new_cache = self._layer_outputs(memory, memory_lens, ys)
+            U = ys.shape[1]
+            mask: torch.Tensor | None = torch.ones(U, U, dtype=torch.bool, device=device).tril()
+            last_only = False
+            layer_inputs = [None] * len(self.layers)
         else:
             if len(cache) != len(self.layers) or any(c.shape[1] != ys.shape[1] - 1 for c in cache):
                 raise ValueError(
                     f"cache must hold {len(self.layers)} tensors of {ys.shape[1] - 1} positions for a prefix of "
                     f"{ys.shape[1]}, got {[tuple(c.shape) for c in cache]}"
                 )
-            memory_mask = self._memory_mask(memory, memory_lens)
-            x, new_cache = self._embed(ys), []
-            for layer, past in zip(self.layers, cache, strict=True):
-                # The last query may attend to every position, so it needs no self-attention mask.
-                x = torch.cat([past, layer(x, None, memory, memory_mask, last_only=True)], 1)
-                new_cache.append(x)
+            mask, last_only = None, True  # the last query may attend to every position: no self-attention mask
+            layer_inputs = cache
+        x, new_cache = self._embed(ys), []
+        for layer, past, kv in zip(self.layers, layer_inputs, memory_kv, strict=True):
+            out = layer(x, mask, None, memory_mask, last_only=last_only, memory_kv=kv)
+            x = out if past is None else torch.cat([past, out], 1)
+            new_cache.append(x)
         return self.output(self.final_norm(new_cache[-1][:, -1])).log_softmax(-1), new_cache
 
 

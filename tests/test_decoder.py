@@ -79,6 +79,21 @@ def test_cached_steps_equal_full_forward_at_every_position():
     assert math.isclose(log_probs.exp().sum(-1)[0].item(), 1.0, rel_tol=1e-5)
 
 
+def test_precomputed_memory_keys_and_values_give_the_same_steps():
+    decoder = _decoder(memory_dim=24)
+    memory, lens = torch.randn(2, 8, 24), torch.tensor([8, 3])
+    ys = torch.tensor([[SOS_EOS, 1, 2, 9], [SOS_EOS, 5, 5, 0]])
+    with torch.inference_mode():
+        kv = decoder.memory_kv(memory)
+        cache = kv_cache = None
+        for u in range(1, 5):
+            expected, cache = decoder.score_step(memory, lens, ys[:, :u], cache)
+            log_probs, kv_cache = decoder.score_step(None, lens, ys[:, :u], kv_cache, memory_kv=kv)
+            torch.testing.assert_close(log_probs, expected, rtol=0, atol=1e-6)
+        with pytest.raises(ValueError, match="needs the memory or its memory_kv"):
+            decoder.score_step(None, lens, ys[:, :1])
+
+
 def test_cache_of_the_wrong_length_is_refused():
     decoder = _decoder()
     memory, lens = torch.randn(1, 4, 16), torch.tensor([4])

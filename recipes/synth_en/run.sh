@@ -4,17 +4,21 @@
 #   recipes/synth_en/run.sh [--stage N] [--stop-stage N] [--size tiny|small|large] [--seed S] [--nj N]
 #                           [--non-free] [--data DIR] [--exp DIR] [--config YAML] [--vocab-size N]
 #                           [--num-avg N] [--train-args "..."] [--decodings "MODE ..."] [--beam N]
-#                           [--device cpu|cuda] [--pocketsphinx true|false]
+#                           [--device cpu|cuda] [--pocketsphinx true|false] [--lm true|false]
+#                           [--lm-args "..."] [--lm-weight W]
 #
 # Stages (each skips what it already produced, and says so):
 #   0  install the TTS engines and texts if missing (apt-get; Debian main only)
 #   1  synthesise the corpus (srupp-asr synth-corpus: 16 kHz FLAC + lhotse manifests; resumable)
 #   2  global CMVN statistics of the training set
-#   3  sentencepiece tokenizer on the training transcripts
+#   3  sentencepiece tokenizer on the training transcripts, then (--lm true) an SRU++ language model
+#      (srupp-asr train-lm) on the training side of the corpus' sentence pool (text/lm_train.txt: every sentence
+#      that is not a dev or test sentence, spoken in the corpus or not) into $exp/lm
 #   4  train (srupp-asr train fit; resumes from last.ckpt)
 #   5  average the best checkpoints into a model directory
-#   6  decode and score the test sets (seen and held-out voices) with each decoding mode (srupp-asr evaluate),
-#      and with pocketsphinx (a pretrained recogniser, for comparison) unless --pocketsphinx false
+#   6  decode and score the test sets (seen and held-out voices) with each decoding mode (srupp-asr evaluate;
+#      a mode written MODE+lm fuses the LM of stage 3 with --lm-weight), and with pocketsphinx (a pretrained
+#      recogniser, for comparison) unless --pocketsphinx false
 #   7  score pocketsphinx's transcripts and write the summary table $exp/RESULTS.md
 # --config defaults by size: tiny -> conf/tiny_cpu.yaml, small -> conf/synth_en_cpu.yaml, large -> conf/train_srupp.yaml
 set -euo pipefail
@@ -31,13 +35,16 @@ config=""
 vocab_size=256
 num_avg=5
 train_args=""
-decodings="ctc_greedy joint"
+decodings="ctc_greedy joint joint+lm"
 beam=10
 device=cpu
 pocketsphinx=true
+lm=true
+lm_args=""
+lm_weight=0.3
 test_sets="test_seen test_unseen"
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --stage) stage=$2; shift 2 ;;
@@ -56,6 +63,9 @@ while [ $# -gt 0 ]; do
     --beam) beam=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
     --pocketsphinx) pocketsphinx=$2; shift 2 ;;
+    --lm) lm=$2; shift 2 ;;
+    --lm-args) lm_args=$2; shift 2 ;;
+    --lm-weight) lm_weight=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -137,6 +147,24 @@ if runs 3; then
       --vocab-size "$vocab_size" --model-type unigram
     log 3 "wrote $data/tokenizer.model"
   fi
+  if ! $lm; then
+    log 3 "--lm false: no language model"
+  elif [ -f "$exp/lm/model.safetensors" ]; then
+    log 3 "$exp/lm exists, skipping"
+  else
+    case "$size" in  # the LM's share of the time budget: minutes of CPU, not epochs
+      tiny) lm_size="--d-model 64 --num-layers 1 --attn-dim 32 --num-heads 2 --max-epochs 2" ;;
+      small) lm_size="--d-model 256 --num-layers 3 --attn-dim 128 --num-heads 4 --max-time 5" ;;
+      *) lm_size="--d-model 512 --num-layers 4 --attn-dim 256 --num-heads 4 --max-epochs 20" ;;
+    esac
+    resume=""
+    [ -f "$exp/lm.train.pt" ] && resume="--resume"
+    # shellcheck disable=SC2086  # lm_size, lm_args and resume are word lists
+    srupp train-lm --tokenizer "$data/tokenizer.model" --train-text "$corpus/text/lm_train.txt" \
+      --valid-cuts "$manifests/dev_cuts.jsonl.gz" --out-dir "$exp/lm" --device "$device" \
+      --batch-tokens 6000 --lr 0.003 --warmup-steps 300 $lm_size $lm_args $resume
+    log 3 "wrote the language model $exp/lm"
+  fi
 fi
 
 if runs 4; then
@@ -161,14 +189,18 @@ fi
 
 if runs 6; then
   for set in $test_sets; do
-    for mode in $decodings; do
-      out=$exp/decode_${mode}/$set
+    for system in $decodings; do
+      out=$exp/decode_${system}/$set
       if [ -f "$out/results.json" ]; then
         log 6 "$out/results.json exists, skipping"
         continue
       fi
+      mode=${system%+lm}
+      fusion=""
+      [ "$mode" != "$system" ] && fusion="--lm $exp/lm --lm-weight $lm_weight"
+      # shellcheck disable=SC2086  # fusion is a word list
       srupp evaluate --model "$exp/model" --cuts "$manifests/${set}_cuts.jsonl.gz" --decoding "$mode" \
-        --beam "$beam" --device "$device" --name "$set" --out-dir "$out"
+        --beam "$beam" --device "$device" --name "$set" --out-dir "$out" $fusion
       log 6 "wrote $out (results.md, report.html, hyp.trn)"
     done
     if $pocketsphinx; then

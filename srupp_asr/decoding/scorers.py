@@ -64,41 +64,44 @@ class Scorer(Protocol):
 @dataclass
 class _DecoderState:
     utterances: torch.Tensor  # (N,)
-    memory: torch.Tensor  # (N, T, D): each row's encoder output
+    memory_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, each row's cross-attention keys and values
     memory_lens: torch.Tensor  # (N,)
     cache: list[torch.Tensor] | None  # TransformerDecoder.score_step's cache
 
 
 class DecoderScorer:
-    """The attention decoder as a full scorer, decoding incrementally with its layer cache."""
+    """The attention decoder as a full scorer, decoding incrementally with its layer cache; the encoder memory's
+    cross-attention keys and values are projected once per utterance, not at every step."""
 
     full = True
 
     def __init__(self, decoder: TransformerDecoder, memory: torch.Tensor, memory_lens: torch.Tensor) -> None:
-        self.decoder, self.memory, self.memory_lens = decoder, memory, memory_lens.to(memory.device)
+        self.decoder, self.memory_lens = decoder, memory_lens.to(memory.device)
+        self.memory_kv = decoder.memory_kv(memory)
 
     def init_state(self, utterances: torch.Tensor) -> _DecoderState:
-        """Each row's copy of its utterance's encoder output, and no cache yet."""
-        return _DecoderState(utterances, self.memory[utterances], self.memory_lens[utterances], None)
+        """Each row's copy of its utterance's memory keys and values, and no cache yet."""
+        kv = [(k[utterances], v[utterances]) for k, v in self.memory_kv]
+        return _DecoderState(utterances, kv, self.memory_lens[utterances], None)
 
     def score(
         self, state: _DecoderState, ys: torch.Tensor, candidates: torch.Tensor | None
     ) -> tuple[torch.Tensor, Any]:
         """``log P_att(token | ys, memory)`` ``(N, V)`` and the decoder's new cache."""
-        log_probs, cache = self.decoder.score_step(state.memory, state.memory_lens, ys, state.cache)
+        log_probs, cache = self.decoder.score_step(None, state.memory_lens, ys, state.cache, state.memory_kv)
         return log_probs.float(), cache
 
     def select(
         self, state: _DecoderState, rows: torch.Tensor, tokens: torch.Tensor | None, pending: Any
     ) -> _DecoderState:
-        """Reorder the cache (and, when rows move between utterances, the memory) by ``rows``."""
+        """Reorder the cache (and, when rows move between utterances, the memory keys and values) by ``rows``."""
         cache = pending if tokens is not None else state.cache
         utterances = state.utterances[rows]
         if utterances.shape == state.utterances.shape and torch.equal(utterances, state.utterances):
-            memory, memory_lens = state.memory, state.memory_lens  # reordered within utterances only
+            kv, memory_lens = state.memory_kv, state.memory_lens  # reordered within utterances only
         else:
-            memory, memory_lens = state.memory[rows], state.memory_lens[rows]
-        return _DecoderState(utterances, memory, memory_lens, None if cache is None else [c[rows] for c in cache])
+            kv, memory_lens = [(k[rows], v[rows]) for k, v in state.memory_kv], state.memory_lens[rows]
+        return _DecoderState(utterances, kv, memory_lens, None if cache is None else [c[rows] for c in cache])
 
 
 class LMScorer:
