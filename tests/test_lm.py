@@ -222,3 +222,29 @@ def test_fusion_options_are_checked() -> None:
         decode_encoded(
             model, None, torch.randn(1, 4, 32), torch.tensor([4]), DecodingOptions("joint", lm_weight=0.3), tiny_lm(30)
         )
+
+
+def test_transcribe_and_evaluate_fuse_an_lm_from_the_command_line(overfit_model_dir, tmp_path: Path, capsys) -> None:
+    from srupp_asr.text import normalize_text
+    from tests.test_training_acceptance import SENTENCES as SPOKEN
+
+    model_dir, utterances = overfit_model_dir
+    text = tmp_path / "lm.txt"
+    text.write_text("\n".join(SPOKEN) + "\n")
+    lm_dir = tmp_path / "lm"
+    argv = ["train-lm", "--tokenizer", str(model_dir / "tokenizer.model"), "--train-text", str(text)]
+    argv += ["--valid-text", str(text), "--out-dir", str(lm_dir), "--d-model", "32", "--num-layers", "1"]
+    argv += ["--attn-dim", "16", "--num-heads", "2", "--max-epochs", "3", "--log-every", "0"]
+    assert main(argv) == 0
+    assert "best valid perplexity" in capsys.readouterr().out
+    wav, reference = utterances[0]
+    decode = ["--model", str(model_dir), "--decoding", "joint", "--ctc-weight", "0.5", "--beam", "4"]
+    assert main(["transcribe", str(wav), *decode, "--lm", str(lm_dir), "--lm-weight", "0.1", "-q"]) == 0
+    assert normalize_text(capsys.readouterr().out) == normalize_text(reference)
+
+    assert main(["transcribe", str(wav), *decode, "--lm-weight", "0.1", "-q"]) == 2
+    assert "--lm-weight needs --lm" in capsys.readouterr().err
+    other_tok = Tokenizer.train(["zzz yyy"] * 5, tmp_path / "other.model", 8, "char")
+    save_lm(tiny_lm(other_tok.vocab_size), other_tok.path, tmp_path / "other_lm")
+    assert main(["transcribe", str(wav), *decode, "--lm", str(tmp_path / "other_lm"), "-q"]) == 2
+    assert "the LM's tokenizer differs" in capsys.readouterr().err
