@@ -232,7 +232,7 @@ def test_train_fit_writes_last_checkpoint_and_resumes_from_it(speech_corpus, tmp
     ]
     run_train([*common, "--trainer.max_steps=3"])
     last = root / "checkpoints" / "last.ckpt"
-    first = torch.load(last, map_location="cpu", weights_only=False)
+    first = torch.load(last, map_location="cpu", weights_only=True)
     assert first["global_step"] == 3
     assert first["hyper_parameters"]["tokenizer"] == speech_corpus["tokenizer"]  # linked from data.tokenizer
     config = yaml.safe_load((root / "csv" / "version_0" / "config.yaml").read_text())
@@ -246,7 +246,7 @@ def test_train_fit_writes_last_checkpoint_and_resumes_from_it(speech_corpus, tmp
     assert len(wer) == 1 and wer[0] >= 0
 
     run_train([*common, "--trainer.max_steps=5", "--ckpt_path=last"])
-    resumed = torch.load(last, map_location="cpu", weights_only=False)
+    resumed = torch.load(last, map_location="cpu", weights_only=True)
     assert resumed["global_step"] == 5
     # The schedule goes on from step 3: the resumed run's learning rates are those of steps 4 and 5.
     lrs = [float(r["train/lr"]) for r in read_metrics(root / "csv" / "version_1") if r["train/lr"]]
