@@ -8,9 +8,9 @@ budget (``--minutes``; each run alone on the machine, one after the other). Then
 
 - parameters, training steps, audio seen per second of training (steps x the average batch's audio), peak
   resident memory of the training process;
-- WER of the averaged model (5 best checkpoints) on dev, test_seen (training voices, unseen sentences) and
-  test_unseen (held-out voices) with greedy CTC and joint CTC/attention decoding (beam 10), and the decoding
-  real-time factor (``srupp-asr evaluate``);
+- WER of the exported model (the best checkpoint by valid loss; ``--num-avg`` averages more) on dev,
+  test_seen (training voices, unseen sentences) and test_unseen (held-out voices) with greedy CTC and joint
+  CTC/attention decoding (beam 10), and the decoding real-time factor (``srupp-asr evaluate``);
 - long-form: recordings of ``--lengths`` minutes made by concatenating test_seen utterances with 0.3-0.8 s
   silences, their references joined; decoded by ``srupp-asr transcribe`` with greedy CTC as one whole file
   (no chunking; the encoder sees the whole recording, as the paper's long-form test) and in 30 s chunks
@@ -125,15 +125,25 @@ def train(name: str, config: dict, args: argparse.Namespace) -> dict:
     wall = time.perf_counter() - begin
     if child.returncode != 0:
         raise SystemExit(f"[{name}] training failed (exit {child.returncode}); see {exp / 'train.log'}")
-    subprocess.run(
-        [*srupp_cmd(), "average", "--exp-dir", str(exp), "--num", "5", "--out", str(exp / "model")],
-        check=True,
-        capture_output=True,
-    )
     steps, epochs, curve = read_curve(exp)
     numbers = {"wall_s": wall, "steps": steps, "epochs": epochs, "peak_rss_mib": peak, "curve": curve}
     atomic_write_text(record, json.dumps(numbers, indent=1))
     return numbers
+
+
+def export(exp: Path, num_avg: int) -> None:
+    """Average the ``num_avg`` best checkpoints of a run (by valid loss) into ``exp/model``; when that changes the
+    model, the decoding results of the previous one are removed."""
+    import shutil
+
+    marker = exp / "model_num_avg.txt"
+    if (exp / "model").is_dir() and marker.is_file() and marker.read_text().strip() == str(num_avg):
+        return
+    cmd = [*srupp_cmd(), "average", "--exp-dir", str(exp), "--num", str(num_avg), "--out", str(exp / "model")]
+    subprocess.run(cmd, check=True, capture_output=True)
+    for stale in [*exp.glob("decode_*"), exp / "longform"]:
+        shutil.rmtree(stale, ignore_errors=True)
+    atomic_write_text(marker, f"{num_avg}\n")
 
 
 def read_curve(exp: Path) -> tuple[int, float, list[tuple[int, float, float]]]:
@@ -258,6 +268,13 @@ def main() -> None:
     p.add_argument("--max-memory-gb", type=float, default=16.0)
     p.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=ENCODERS)
     p.add_argument("--skip-train", action="store_true", help="use the trained runs in --exp")
+    p.add_argument(
+        "--num-avg",
+        type=int,
+        default=1,
+        help="checkpoints averaged (1: the best; a short run's early "
+        "checkpoints are far worse than its last ones, so averaging them hurts)",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     args = p.parse_args()
     from srupp_asr.tokenizer import Tokenizer
@@ -280,6 +297,7 @@ def main() -> None:
         if args.skip_train and not (args.exp / name / "train_record.json").is_file():
             raise SystemExit(f"--skip-train: {args.exp / name} has no finished run")
         trained[name] = train(name, configs[name], args)
+        export(args.exp / name, args.num_avg)
     scores = {name: evaluate(name, args) for name in args.encoders}
     recordings = build_longform(args)
     long_results = {name: longform(name, recordings, args) for name in args.encoders}

@@ -135,3 +135,33 @@ def test_bad_options_raise_a_value_error_naming_the_field(field: str, value: obj
     """Each bad value is refused when the options are made, and the message names the field."""
     with pytest.raises(ValueError, match=field):
         DecodingOptions(**{field: value})
+
+
+def _spiky_log_probs(tokens: list[int], frames_per_token: int, vocab: int, seed: int = 0) -> torch.Tensor:
+    """CTC log-probabilities where each token spikes once, blanks in between (with random noise)."""
+    gen = torch.Generator().manual_seed(seed)
+    T = frames_per_token * len(tokens) + 5
+    logits = torch.randn(T, vocab, generator=gen)
+    logits[:, 0] += 6.0
+    for i, tok in enumerate(tokens):
+        logits[3 + i * frames_per_token, tok] += 12.0
+    return logits.log_softmax(-1)
+
+
+def test_long_alignments_are_cut_into_windows_with_the_same_spans(monkeypatch) -> None:
+    from srupp_asr.decoding import alignment
+
+    gen = torch.Generator().manual_seed(1)
+    tokens = [3 + int(t) for t in torch.randint(0, 20, (300,), generator=gen)]
+    log_probs = _spiky_log_probs(tokens, 5, 24)
+    whole = alignment.token_spans(log_probs, tokens)
+    monkeypatch.setattr(alignment, "MAX_CELLS", 20_000)  # forces about 30 windows
+    windowed = alignment.token_spans(log_probs, tokens)
+    assert windowed[0] == whole[0] and windowed[1] == whole[1]
+    assert windowed[2] == pytest.approx(whole[2])
+    # A hypothesis that differs from the best path (a token substituted, one inserted) still gets one ordered
+    # span per token, inside the utterance.
+    changed = [*tokens[:100], 23, *tokens[101:200], 22, *tokens[200:]]
+    starts, ends, peaks = alignment.token_spans(log_probs, changed)
+    assert len(starts) == len(ends) == len(peaks) == len(changed)
+    assert starts == sorted(starts) and all(s < e <= log_probs.shape[0] for s, e in zip(starts, ends, strict=True))

@@ -15,7 +15,10 @@ allow), or a model without a CTC head, gets evenly spread token times over the u
 
 from __future__ import annotations
 
+import bisect
+import difflib
 import itertools
+import math
 
 import torch
 import torchaudio.functional as taf
@@ -35,9 +38,24 @@ def ctc_can_emit(tokens: list[int], num_frames: int) -> bool:
 
 def token_spans(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], list[int], list[float]] | None:
     """Forced alignment of ``tokens`` to ``log_probs`` ``(T, V)``: per token its first frame, end frame (exclusive)
-    and peak posterior; None when CTC cannot emit the tokens in ``T`` frames."""
+    and peak posterior; None when CTC cannot emit the tokens in ``T`` frames.
+
+    One alignment of ``T`` frames and ``N`` tokens has ``T x (2N + 1)`` trellis cells (torchaudio keeps a
+    backpointer per cell and indexes them with 32-bit integers: past 2^31 cells it crashes, which a whole hour
+    of speech reaches). Above :data:`MAX_CELLS` the utterance is cut into windows at frames where the best path
+    emits blank, each window gets the hypothesis tokens the best path emits in it (hypothesis and best path
+    matched with difflib), and each window is aligned on its own."""
     if not tokens or not ctc_can_emit(tokens, log_probs.shape[0]):
         return None
+    if log_probs.shape[0] * (2 * len(tokens) + 1) <= MAX_CELLS:
+        return _align(log_probs, tokens)
+    return _align_in_windows(log_probs, tokens)
+
+
+MAX_CELLS = 2**27  # trellis cells per forced_align call (about 130 M: a few hundred MiB, far below 2^31)
+
+
+def _align(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], list[int], list[float]]:
     targets = torch.tensor([tokens], dtype=torch.int32)
     path, scores = taf.forced_align(log_probs[None].float().cpu(), targets, blank=BLANK_ID)
     path, probs = path[0], scores[0].exp()
@@ -49,6 +67,53 @@ def token_spans(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], 
     spans = [(s, e) for s, e in itertools.pairwise(bounds) if labels[s] != BLANK_ID]
     peaks = [probs[s:e].max().item() for s, e in spans]
     return [s for s, _ in spans], [e for _, e in spans], peaks
+
+
+def _align_in_windows(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], list[int], list[float]]:
+    T, N = log_probs.shape[0], len(tokens)
+    best = log_probs.argmax(-1)
+    emits = (best != BLANK_ID) & torch.cat([torch.ones(1, dtype=torch.bool), best[1:] != best[:-1]])
+    emit_frames = torch.nonzero(emits).squeeze(1).tolist()
+    greedy = best[emits].tolist()
+    # hyp_before[g]: hypothesis tokens that come before the best path's g-th token (monotone in g)
+    hyp_before: list[int | None] = [None] * len(greedy) + [N]
+    matcher = difflib.SequenceMatcher(None, greedy, tokens, autojunk=False)
+    for a, b, size in matcher.get_matching_blocks():
+        for j in range(size):
+            hyp_before[a + j] = b + j
+    for g in reversed(range(len(greedy))):
+        if hyp_before[g] is None:
+            hyp_before[g] = hyp_before[g + 1]
+    pieces = 2 * math.ceil(T * (2 * N + 1) / MAX_CELLS)
+    blank_frames = torch.nonzero(best == BLANK_ID).squeeze(1)
+    cuts = [0]
+    for i in range(1, pieces):
+        target = T * i // pieces
+        if blank_frames.numel():  # the blank frame nearest the even cut
+            target = int(blank_frames[(blank_frames - target).abs().argmin()])
+        if target > cuts[-1]:
+            cuts.append(target)
+    cuts.append(T)
+    starts: list[int] = []
+    ends: list[int] = []
+    peaks: list[float] = []
+    for lo, hi in itertools.pairwise(cuts):
+        first = hyp_before[bisect.bisect_left(emit_frames, lo)] if lo else 0
+        last = hyp_before[bisect.bisect_left(emit_frames, hi)] if hi < T else N
+        chunk = tokens[first:last]
+        if not chunk:
+            continue
+        if ctc_can_emit(chunk, hi - lo) and (hi - lo) * (2 * len(chunk) + 1) <= 2 * MAX_CELLS:
+            s, e, p = _align(log_probs[lo:hi], chunk)
+            starts += [lo + x for x in s]
+            ends += [lo + x for x in e]
+            peaks += p
+        else:  # the window cannot hold its tokens (the best path and the hypothesis disagree here): spread them
+            step = (hi - lo) / len(chunk)
+            starts += [lo + int(i * step) for i in range(len(chunk))]
+            ends += [max(lo + int((i + 1) * step), starts[-len(chunk) + i] + 1) for i in range(len(chunk))]
+            peaks += [0.0] * len(chunk)
+    return starts, ends, peaks
 
 
 def align_hypothesis(
