@@ -27,7 +27,9 @@ from srupp_asr.errors import UserError
 
 SAMPLE_RATE = 16000
 # File name endings of the formats soundfile decodes (lower case); directories are searched for these.
-AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au", ".w64", ".rf64", ".caf")
+AUDIO_EXTENSIONS = (
+    ".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au", ".w64", ".rf64", ".caf", ".sph",
+)  # fmt: skip
 
 # Containers whose frame count libsndfile estimates rather than reads from a header (MP3 without a
 # Xing tag, Ogg from the last page found): a short read there is normal, not a sign of truncation.

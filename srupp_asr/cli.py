@@ -19,6 +19,7 @@ from srupp_asr.errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("srupp_asr.cli", "show versions and which recurrence backends work here"),
     "prepare": ("srupp_asr.prepare", "import a Kaldi data dir or NeMo manifest as a lhotse cut manifest"),
+    "corpus": ("srupp_asr.corpora", "download and prepare LibriSpeech, TED-LIUM 3 and AISHELL-1 for the recipes"),
     "cmvn": ("srupp_asr.frontend", "compute global CMVN statistics of a cut manifest"),
     "tokenizer": ("srupp_asr.tokenizer", "train a sentencepiece tokenizer on transcripts"),
     "train": ("srupp_asr.train", "train a model (LightningCLI: fit, validate, ...; configs in conf/)"),
