@@ -73,8 +73,8 @@ class MultiHeadAttention(nn.Module):
         """``query`` ``(B, Lq, d)``, ``key_value`` ``(B, Lk, kv_dim)`` (or its :meth:`project_kv` as ``kv``),
         ``mask`` broadcastable to ``(B, 1, Lq, Lk)``, True where a query may attend. Returns ``(B, Lq, d)``."""
         B, Lq, d = query.shape
+        q = self._split(self.wq(query))  # q first: the autograd graph (and a trained model) as before the kv option
         k, v = kv if kv is not None else self.project_kv(key_value)
-        q = self._split(self.wq(query))
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
         return self.wo(a.transpose(1, 2).reshape(B, Lq, d))
 
