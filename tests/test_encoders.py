@@ -143,6 +143,7 @@ def test_unknown_option_lists_the_valid_ones():
         "attn_dropout",
         "highway_bias",
         "bidirectional",
+        "causal",  # unidirectional layers attending to the past only (the SRU++ LM's; streaming encoders)
     }
 
 
