@@ -64,7 +64,7 @@ def test_a_directory_without_audio_is_a_problem(tmp_path):
     assert files == []
     assert problems == [
         f"{tmp_path}: no audio files (.wav, .flac, .ogg, .oga, .opus, .mp3, .aif, .aiff, .au, "
-        ".w64, .rf64, .caf) in this directory"
+        ".w64, .rf64, .caf, .sph) in this directory"
     ]
 
 
