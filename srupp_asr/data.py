@@ -28,6 +28,7 @@ from lhotse.dataset import CutMix, DynamicBucketingSampler, ReverbWithImpulseRes
 from srupp_asr.audio import SAMPLE_RATE  # the model's input rate; cuts at other rates are resampled on the fly
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output
+from srupp_asr.manifest_check import check_cuts_manifest
 from srupp_asr.text import normalize_text
 from srupp_asr.tokenizer import Tokenizer
 
@@ -315,8 +316,16 @@ class ASRDataModule(L.LightningDataModule):
         num_workers: int = 2,
         seed: int = 0,
         max_cut_duration: float | None = 30.0,
+        check_manifests: bool = True,
+        audio_roots: Sequence[str] | None = None,
+        allow_command_sources: bool = False,
     ) -> None:
-        """Store the configuration; manifests are opened in :meth:`setup`."""
+        """Store the configuration; manifests are checked and opened in :meth:`setup`.
+
+        ``check_manifests``: read every line of each manifest before training starts and stop at the first bad one
+        (:func:`srupp_asr.manifest_check.check_cuts_manifest`); ``audio_roots``: the corpus directories audio files
+        must lie in (None: anywhere); ``allow_command_sources``: accept lhotse ``command`` audio sources, which run a
+        shell command per recording (off: a manifest from a stranger cannot run commands)."""
         super().__init__()
         self.save_hyperparameters()
         self.train_cuts_path = train_cuts
@@ -333,6 +342,9 @@ class ASRDataModule(L.LightningDataModule):
         self.num_workers = num_workers
         self.seed = seed
         self.max_cut_duration = max_cut_duration
+        self.check_manifests = check_manifests
+        self.audio_roots = list(audio_roots) if audio_roots is not None else None
+        self.allow_command_sources = allow_command_sources
         self.tokenizer: Tokenizer | None = None
         self.train_cuts: CutSet | None = None
         self.valid_cuts: CutSet | None = None
@@ -344,9 +356,18 @@ class ASRDataModule(L.LightningDataModule):
         if self.tokenizer is None:
             self.tokenizer = Tokenizer(self.tokenizer_path)
         if stage in (None, "fit") and self.train_cuts_path and self.train_cuts is None:
-            self.train_cuts = load_cuts(self.train_cuts_path, lazy=True)
+            self.train_cuts = self._open(self.train_cuts_path)
+            if self.noise_cuts_path:
+                self._open(self.noise_cuts_path)
         if stage in (None, "fit", "validate") and self.valid_cuts_path and self.valid_cuts is None:
-            self.valid_cuts = load_cuts(self.valid_cuts_path, lazy=True)
+            self.valid_cuts = self._open(self.valid_cuts_path)
+
+    def _open(self, path: str) -> CutSet:
+        """A manifest, checked line by line first (unless ``check_manifests`` is off), opened lazily."""
+        if self.check_manifests and str(path).endswith(_CUT_SUFFIXES):
+            count = check_cuts_manifest(path, self.audio_roots, self.allow_command_sources)
+            log.info("%s: %d cuts checked", path, count)
+        return load_cuts(path, lazy=True)
 
     def _distribution(self) -> dict:
         """world_size / rank for the samplers: the trainer's when there is one, else lhotse infers them."""

@@ -20,7 +20,6 @@ import inspect
 import logging
 import math
 import os
-import pickle
 import shutil
 import uuid
 from collections.abc import Mapping, Sequence
@@ -32,7 +31,8 @@ import torch
 import yaml
 
 from srupp_asr.audio import SAMPLE_RATE
-from srupp_asr.errors import UserError
+from srupp_asr.checkpoints import load_checkpoint
+from srupp_asr.errors import UserError, first_line
 from srupp_asr.fileio import atomic_output, atomic_write_text, read_yaml_mapping
 from srupp_asr.model import ASRModel
 from srupp_asr.tokenizer import Tokenizer
@@ -52,27 +52,6 @@ TRAINING_ONLY = frozenset({"ctc_weight", "lsm_weight", "specaugment", "dither"})
 
 
 # ------------------------------------------------------------------------------------------ reading checkpoints
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """A Lightning checkpoint loaded with ``weights_only=True`` (memory-mapped, so tensors are read on use)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: checkpoint not found")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except pickle.UnpicklingError as err:
-        raise UserError(f"{path}: torch.load(weights_only=True) refused it ({_first_line(err)})") from None
-    except Exception as err:  # zip, EOF, or storage errors: all mean "not a readable checkpoint"
-        raise UserError(f"{path}: not a readable PyTorch checkpoint ({_first_line(err)})") from None
-    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
-        raise UserError(f"{path}: not a Lightning checkpoint (it has no state_dict)")
-    return ckpt
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 @dataclass(frozen=True)
@@ -469,7 +448,7 @@ def read_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     try:
         return load_file(path)
     except Exception as err:  # safetensors reports a bad header, truncation or a bad dtype with its own error types
-        raise UserError(f"{path}: not a readable safetensors file ({_first_line(err)})") from None
+        raise UserError(f"{path}: not a readable safetensors file ({first_line(err)})") from None
 
 
 def _swap_in(new: Path, target: Path) -> None:
@@ -516,7 +495,7 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
     try:
         model = ASRModel(**config["model"])
     except (TypeError, ValueError) as err:
-        raise UserError(f"{config_path}: bad model settings ({_first_line(err)})") from None
+        raise UserError(f"{config_path}: bad model settings ({first_line(err)})") from None
     if not tokenizer_path.is_file():
         raise UserError(f"{tokenizer_path}: not found (a model directory holds its tokenizer)")
     tokenizer = Tokenizer(tokenizer_path)

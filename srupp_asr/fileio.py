@@ -19,13 +19,14 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path`` (same suffixes, so writers pick the right format);
-    when the block succeeds it replaces ``path`` atomically, otherwise it is removed."""
+def atomic_output(path: str | os.PathLike, temp_suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (same suffixes, so writers pick the right format, unless
+    ``temp_suffix`` is given); when the block succeeds it replaces ``path`` atomically, otherwise it is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".gz") else path.suffix
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{suffix}")
+    suffix = f".tmp{suffix}" if temp_suffix is None else temp_suffix
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -37,6 +38,20 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def fsync_directory(folder: str | os.PathLike) -> None:
+    """Flush ``folder``'s entries (a rename into it) to disk; a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -13,6 +13,12 @@ Added to what LightningCLI offers:
 - a ``checkpoint`` block configures the :class:`ModelCheckpoint` callback (top-k by ``valid/loss`` and a
   ``last.ckpt``); its directory is always ``<trainer.default_root_dir>/checkpoints``, fixed so that
   ``--ckpt_path last`` finds the previous run's last checkpoint whatever the logger's version;
+- only classes from ``lightning``, ``torch`` and ``srupp_asr`` may be named (``class_path`` in a config, or a
+  class given on the command line), checked in the YAML files before anything is imported and in the parsed
+  config before anything is instantiated: a config from a stranger cannot make training build an arbitrary
+  object. ``SRUPP_ASR_TRUSTED_CLASSES=pkg,other.module`` adds module prefixes (your own callbacks);
+- checkpoints are written atomically and read with ``weights_only=True``
+  (:class:`~srupp_asr.checkpoints.AtomicCheckpointIO`);
 - without a ``trainer.logger``, logs go to ``<trainer.default_root_dir>/csv`` (CSVLogger) and, when tensorboard
   is installed, ``<trainer.default_root_dir>/tensorboard``; the resolved config is saved beside them.
 """
@@ -35,6 +41,8 @@ if TYPE_CHECKING:
     from lightning.pytorch.loggers import Logger
 
 SUBCOMMANDS = ("fit", "validate")
+TRUSTED_CLASS_MODULES = ("lightning", "torch", "srupp_asr")
+TRUSTED_CLASSES_ENV = "SRUPP_ASR_TRUSTED_CLASSES"
 CHECKPOINT_DEFAULTS = {
     "checkpoint.monitor": "valid/loss",
     "checkpoint.mode": "min",
@@ -54,6 +62,56 @@ def default_loggers(default_root_dir: str | os.PathLike[str] | None) -> list[Log
 
     root = os.fspath(default_root_dir or ".")
     return [CSVLogger(root, name="csv"), TensorBoardLogger(root, name="tensorboard")]
+
+
+def trusted_class_modules() -> tuple[str, ...]:
+    """The module prefixes a config may name classes from: the built-in ones and those of
+    ``$SRUPP_ASR_TRUSTED_CLASSES`` (comma-separated)."""
+    extra = [m.strip() for m in os.environ.get(TRUSTED_CLASSES_ENV, "").split(",") if m.strip()]
+    return (*TRUSTED_CLASS_MODULES, *extra)
+
+
+def _class_paths(node: Any, key: str = "") -> list[tuple[str, Any]]:
+    """``(where, class_path)`` for every ``class_path`` entry in a nested config of mappings and lists."""
+    found = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            where = f"{key}.{k}" if key else str(k)
+            if k == "class_path":
+                found.append((key or "class_path", v))
+            else:
+                found += _class_paths(v, where)
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            found += _class_paths(v, f"{key}[{i}]")
+    return found
+
+
+def check_trusted_classes(config: Any, source: str) -> None:
+    """Raise UserError, naming ``source`` and the key, when ``config`` names a class outside the trusted modules."""
+    trusted = trusted_class_modules()
+    for where, name in _class_paths(config):
+        name_ok = isinstance(name, str) and (
+            "." not in name or any(name == m or name.startswith(f"{m}.") for m in trusted)
+        )
+        if not name_ok:
+            raise UserError(
+                f"{source}: {where}: class {name!r} is not allowed (configs may name classes from"
+                f" {', '.join(trusted)}; add module prefixes with {TRUSTED_CLASSES_ENV}=...)"
+            )
+
+
+def with_atomic_checkpoints(plugins: Any) -> list[Any]:
+    """``plugins`` (None, one or a list) plus an :class:`~srupp_asr.checkpoints.AtomicCheckpointIO` unless they
+    hold a CheckpointIO already."""
+    from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+
+    from srupp_asr.checkpoints import AtomicCheckpointIO
+
+    plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+    if not any(isinstance(p, CheckpointIO) for p in plugins):
+        plugins.append(AtomicCheckpointIO())
+    return plugins
 
 
 @functools.cache
@@ -78,11 +136,17 @@ def asr_lightning_cli() -> type[LightningCLI]:
             parser.set_defaults(CHECKPOINT_DEFAULTS)
             parser.link_arguments("trainer.default_root_dir", "checkpoint.dirpath", compute_fn=checkpoint_dir)
 
+        def before_instantiate_classes(self) -> None:
+            """Refuse classes from untrusted modules, whatever named them (a file, the command line, a default)."""
+            check_trusted_classes(self.config.as_dict(), "config")
+
         def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-            """The Trainer, with :func:`default_loggers` where the config names no logger."""
+            """The Trainer, with :func:`default_loggers` where the config names no logger and
+            :class:`~srupp_asr.checkpoints.AtomicCheckpointIO` where it names no checkpoint plugin."""
             config = self._get(self.config_init, "trainer", default={})
             if config.get("logger") in (None, True) and "logger" not in kwargs:
                 kwargs["logger"] = default_loggers(config.get("default_root_dir"))
+            kwargs["plugins"] = with_atomic_checkpoints(kwargs.get("plugins", config.get("plugins")))
             return super().instantiate_trainer(**kwargs)
 
     return ASRLightningCLI
@@ -100,8 +164,8 @@ def _config_paths(argv: Sequence[str]) -> list[str]:
 
 
 def check_config_file(path: str) -> None:
-    """Raise UserError unless ``path`` is a readable YAML file holding a mapping."""
-    read_yaml_mapping(path)
+    """Raise UserError unless ``path`` is a readable YAML file holding a mapping that names trusted classes only."""
+    check_trusted_classes(read_yaml_mapping(path), path)
 
 
 def run_train(argv: Sequence[str]) -> LightningCLI:
@@ -138,8 +202,22 @@ def _one_line(message: str, argv: Sequence[str], configs: Sequence[str]) -> str:
     key = re.search(r"""(?:key|option) ["']([\w.]+)["']""", text)
     on_command_line = key is not None and any(arg == f"--{key[1]}" or arg.startswith(f"--{key[1]}=") for arg in argv)
     if configs and not on_command_line:
-        return f"{', '.join(configs)}: {text}"
+        holding = [c for c in configs if key is not None and _has_key(c, key[1])]
+        return f"{', '.join(holding[-1:] or configs)}: {text}"  # the last file setting it wins
     return f"command line: {text}"
+
+
+def _has_key(config: str, dotted: str) -> bool:
+    """Whether the YAML file ``config`` sets the option ``dotted`` (``model.lr``; a leading ``fit.`` ignored)."""
+    node: Any = read_yaml_mapping(config)
+    parts = dotted.split(".")
+    if parts[0] in SUBCOMMANDS and parts[0] not in node:
+        parts = parts[1:]
+    for part in parts:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def train_command(args: argparse.Namespace) -> int:

@@ -31,5 +31,5 @@ def test_every_torch_load_is_weights_only_and_nothing_unpickles():
                         problems.append(f"{where}: torch.load without weights_only=True")
                 elif name in ("pickle.load", "pickle.loads", "dill.load", "joblib.load") and folder != "tests":
                     problems.append(f"{where}: {name}")
-    assert loads >= 2  # the scan sees the checkpoint readers (export.load_checkpoint, train-lm --resume)
+    assert loads >= 2  # the scan sees the checkpoint readers (checkpoints.load_checkpoint, train-lm --resume)
     assert not problems, "\n".join(problems)

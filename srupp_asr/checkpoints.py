@@ -1,0 +1,101 @@
+"""Training checkpoints on disk: written atomically, read without unpickling code.
+
+:class:`AtomicCheckpointIO` is the Lightning ``CheckpointIO`` plugin ``srupp-asr train`` always uses. A checkpoint
+is first written to a hidden ``.NAME.<random>.partial`` file in the checkpoint directory, flushed to disk
+(``fsync``) and only then renamed over ``NAME``, and the directory entry is synced too. A run killed at any moment
+(``kill -9``, power loss, a full disk) therefore leaves every ``*.ckpt`` either as it was or complete, never half
+written; the leftover ``.partial`` file matches no pattern Lightning (``--ckpt_path last``) or ``srupp-asr average``
+looks for, and the next save in that directory removes it. Lightning's own writer builds the file in the system
+temporary directory and moves it, which is a copy (not atomic) when that is another file system.
+
+Reading (:func:`load_checkpoint` and the plugin's ``load_checkpoint``) always uses ``torch.load(weights_only=True)``:
+a checkpoint from a stranger cannot run code, and a truncated or corrupt one is a one-line
+:class:`~srupp_asr.errors.UserError` naming the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+
+from srupp_asr.errors import UserError, first_line
+from srupp_asr.fileio import atomic_output, fsync_directory
+
+PARTIAL_SUFFIX = ".partial"  # of the hidden file a checkpoint is written to before its rename
+
+
+def load_checkpoint(
+    path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = True, lightning: bool = True
+) -> dict[str, Any]:
+    """A checkpoint loaded with ``weights_only=True`` (memory-mapped unless ``mmap=False``); with ``lightning``
+    it must hold a ``state_dict``. Every problem is a one-line UserError naming ``path``."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: checkpoint not found")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        raise UserError(f"{path}: torch.load(weights_only=True) refused it ({first_line(err)})") from None
+    except Exception as err:  # zip, EOF, or storage errors: all mean "not a readable checkpoint"
+        raise UserError(f"{path}: not a readable PyTorch checkpoint ({first_line(err)})") from None
+    if lightning and (not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict)):
+        raise UserError(f"{path}: not a Lightning checkpoint (it has no state_dict)")
+    return ckpt
+
+
+def remove_partials(folder: str | os.PathLike, keep: Path | None = None) -> list[Path]:
+    """Delete the ``.partial`` files a killed save left in ``folder`` (all but ``keep``); returns those removed."""
+    removed = []
+    for stale in Path(folder).glob(f".*{PARTIAL_SUFFIX}"):
+        if stale != keep and stale.is_file():
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+                removed.append(stale)
+    return removed
+
+
+class AtomicCheckpointIO(CheckpointIO):
+    """Lightning ``CheckpointIO``: atomic, fsynced checkpoint files; ``weights_only`` loading with one-line errors."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
+        """Write ``checkpoint`` to ``path``: all of it or, should the process die first, nothing."""
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        path = Path(path)
+        try:
+            with atomic_output(path, temp_suffix=PARTIAL_SUFFIX) as tmp:
+                remove_partials(path.parent, keep=tmp)
+                self._dump(checkpoint, tmp)
+        except OSError as err:  # a full disk, a quota, a read-only folder
+            kept = "the previous one is kept" if path.exists() else "nothing was written"
+            reason = err.strerror or first_line(err)
+            raise UserError(f"{path}: cannot write the checkpoint ({reason}); {kept}") from None
+        fsync_directory(path.parent)
+
+    def _dump(self, checkpoint: dict[str, Any], tmp: Path) -> None:
+        """Serialise ``checkpoint`` into the temporary file ``tmp`` (the step a test interrupts)."""
+        buffer = io.BytesIO()  # serialised first (as Lightning does), so a full disk is a plain OSError from write()
+        torch.save(checkpoint, buffer)
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+
+    def load_checkpoint(
+        self, path: str | os.PathLike, map_location: Callable | Any = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        """Load with ``weights_only=True`` whatever the caller asks (a resumed checkpoint may come from anyone)."""
+        if not Path(path).exists():
+            raise FileNotFoundError(f"Checkpoint file not found: {path}")  # Lightning's contract for a missing file
+        return load_checkpoint(path, map_location=map_location, mmap=False, lightning=False)
+
+    def remove_checkpoint(self, path: str | os.PathLike) -> None:
+        """Delete a checkpoint (ModelCheckpoint dropping one out of its top k)."""
+        with contextlib.suppress(FileNotFoundError):
+            Path(path).unlink()
