@@ -22,7 +22,7 @@ import math
 import os
 import shutil
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -485,29 +485,94 @@ def read_model_config(model_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[ASRModel, Tokenizer]:
-    """The model (in eval mode, on ``device``) and tokenizer of a model directory; reads no pickle."""
+    """The model (in eval mode, on ``device``) and tokenizer of a model directory; reads no pickle.
 
+    The directory is treated as untrusted: a file that could be a pickle is refused
+    (:func:`check_no_pickles`), the config is checked against the weights file's header before any real memory
+    is allocated (:func:`build_with_weights`), and only YAML, safetensors and sentencepiece are parsed."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise UserError(f"{model_dir}: model directory not found")
+    check_no_pickles(model_dir)
     config_path, weights_path, tokenizer_path = (model_dir / n for n in (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE))
     config = read_model_config(model_dir)
+    tokenizer = None
+
+    def check_tokenizer(skeleton: torch.nn.Module) -> None:
+        nonlocal tokenizer
+        if not tokenizer_path.is_file():
+            raise UserError(f"{tokenizer_path}: not found (a model directory holds its tokenizer)")
+        tokenizer = Tokenizer(tokenizer_path)
+        if tokenizer.vocab_size != skeleton.vocab_size:
+            detail = f"tokenizer has {tokenizer.vocab_size} pieces, {CONFIG_FILE} says vocab_size {skeleton.vocab_size}"
+            raise UserError(f"{tokenizer_path}: {detail}")
+
+    model = build_with_weights(lambda: ASRModel(**config["model"]), config_path, weights_path, "model", check_tokenizer)
+    return model.to(device).eval(), tokenizer
+
+
+# Names of files that hold pickles (torch.save, joblib, numpy object arrays), and the first bytes of one.
+PICKLE_SUFFIXES = frozenset({".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".bin", ".joblib", ".npy", ".npz", ".dill"})
+_PICKLE_MAGIC = (b"PK\x03\x04", *(bytes([0x80, protocol]) for protocol in range(2, 6)))
+
+
+def check_no_pickles(folder: Path, parsed: Sequence[str] = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)) -> None:
+    """Refuse a model (or LM) directory holding a file that could be a pickle, by name or by its first bytes:
+    a directory from a stranger must not suggest that anything in it is to be unpickled. ``parsed`` files are
+    read by their own safe parsers and not sniffed (a safetensors header length can begin with 0x80)."""
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        path = folder / entry.name
+        if entry.name in parsed or not entry.is_file():
+            continue
+        by_name = path.suffix.lower() in PICKLE_SUFFIXES
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4)
+        except OSError:
+            head = b""
+        if by_name or head.startswith(_PICKLE_MAGIC):
+            raise UserError(
+                f"{path}: a pickle file in a model directory is refused (model directories hold config.yaml,"
+                " model.safetensors and tokenizer.model only; pickles can run code when loaded)"
+            )
+
+
+def read_weight_shapes(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors a safetensors file declares, as meta tensors of their shapes (reads the header only)."""
+    from safetensors import safe_open
+
+    if not Path(path).is_file():
+        raise UserError(f"{path}: not found (a model directory holds its weights)")
     try:
-        model = ASRModel(**config["model"])
+        with safe_open(path, framework="pt") as f:
+            return {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in f.keys()}  # noqa: SIM118
+    except Exception as err:  # safetensors reports a bad header, truncation or a bad dtype with its own error types
+        raise UserError(f"{path}: not a readable safetensors file ({first_line(err)})") from None
+
+
+def build_with_weights(
+    make: Callable[[], torch.nn.Module],
+    config_path: Path,
+    weights_path: Path,
+    what: str,
+    check: Callable[[torch.nn.Module], None] | None = None,
+) -> torch.nn.Module:
+    """``make()`` with the weights of ``weights_path``, checked before anything big is allocated: the module is
+    first built on the meta device (no memory) and compared with the safetensors header, so a config asking for
+    a huge network fails on the shapes instead of exhausting memory. ``check(skeleton)`` runs in between."""
+    try:
+        with torch.device("meta"):
+            skeleton = make()
     except (TypeError, ValueError) as err:
-        raise UserError(f"{config_path}: bad model settings ({first_line(err)})") from None
-    if not tokenizer_path.is_file():
-        raise UserError(f"{tokenizer_path}: not found (a model directory holds its tokenizer)")
-    tokenizer = Tokenizer(tokenizer_path)
-    if tokenizer.vocab_size != model.vocab_size:
-        detail = f"tokenizer has {tokenizer.vocab_size} pieces, {CONFIG_FILE} says vocab_size {model.vocab_size}"
-        raise UserError(f"{tokenizer_path}: {detail}")
-    weights = read_weights(weights_path)
-    problem = weights_problem(model, weights)
+        raise UserError(f"{config_path}: bad {what} settings ({first_line(err)})") from None
+    if check is not None:
+        check(skeleton)
+    problem = weights_problem(skeleton, read_weight_shapes(weights_path))
     if problem:
         raise UserError(f"{weights_path}: {problem}")
-    model.load_state_dict(weights, strict=True)
-    return model.to(device).eval(), tokenizer
+    module = make()
+    module.load_state_dict(read_weights(weights_path), strict=True)
+    return module
 
 
 # ------------------------------------------------------------------------------------------ command line

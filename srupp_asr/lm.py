@@ -33,8 +33,8 @@ from srupp_asr.export import (
     FORMAT_VERSION,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
-    read_weights,
-    weights_problem,
+    build_with_weights,
+    check_no_pickles,
     write_model_dir,
 )
 from srupp_asr.fileio import read_yaml_mapping
@@ -148,6 +148,7 @@ def load_lm(lm_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tu
     lm_dir = Path(lm_dir)
     if not lm_dir.is_dir():
         raise UserError(f"{lm_dir}: LM directory not found")
+    check_no_pickles(lm_dir)
     config_path = lm_dir / CONFIG_FILE
     if not config_path.is_file():
         raise UserError(f"{config_path}: not found (not a srupp-asr LM directory)")
@@ -157,21 +158,20 @@ def load_lm(lm_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tu
     if not isinstance(data.get("lm"), dict):
         what = "an ASR model, not an LM" if isinstance(data.get("model"), dict) else "no 'lm:' settings"
         raise UserError(f"{config_path}: {what}")
-    try:
-        model = SRUppLM(**data["lm"])
-    except (TypeError, ValueError) as err:
-        raise UserError(f"{config_path}: bad LM settings ({str(err).splitlines()[0]})") from None
-    tokenizer_path = lm_dir / TOKENIZER_FILE
-    if not tokenizer_path.is_file():
-        raise UserError(f"{tokenizer_path}: not found (an LM directory holds its tokenizer)")
-    tokenizer = Tokenizer(tokenizer_path)
-    if tokenizer.vocab_size != model.vocab_size:
-        raise UserError(f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, the LM {model.vocab_size}")
-    weights = read_weights(lm_dir / WEIGHTS_FILE)
-    problem = weights_problem(model, weights)
-    if problem:
-        raise UserError(f"{lm_dir / WEIGHTS_FILE}: {problem}")
-    model.load_state_dict(weights, strict=True)
+    tokenizer = None
+
+    def check_tokenizer(skeleton: torch.nn.Module) -> None:
+        nonlocal tokenizer
+        tokenizer_path = lm_dir / TOKENIZER_FILE
+        if not tokenizer_path.is_file():
+            raise UserError(f"{tokenizer_path}: not found (an LM directory holds its tokenizer)")
+        tokenizer = Tokenizer(tokenizer_path)
+        if tokenizer.vocab_size != skeleton.vocab_size:
+            raise UserError(
+                f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, the LM {skeleton.vocab_size}"
+            )
+
+    model = build_with_weights(lambda: SRUppLM(**data["lm"]), config_path, lm_dir / WEIGHTS_FILE, "LM", check_tokenizer)
     return model.to(device).eval(), tokenizer
 
 

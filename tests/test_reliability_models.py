@@ -1,0 +1,155 @@
+# ruff: noqa: F811  (the imported fixture ``tokenizer`` is a parameter name of the tests)
+"""Untrusted model and LM directories: only YAML, safetensors and sentencepiece are parsed; pickles, crafted
+files and configs asking for absurd networks are refused with one line naming the file, before anything runs or
+big memory is allocated."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from srupp_asr.errors import UserError
+from srupp_asr.export import export_model, load_model
+from srupp_asr.lm import SRUppLM, load_lm, save_lm
+from tests.test_export import seeded_model, tokenizer  # noqa: F401 (fixture)
+
+
+class RunsCode:
+    """Unpickling this creates ``marker``: the proof that a loader unpickled it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.fixture
+def model_dir(tmp_path, tokenizer) -> Path:
+    model = seeded_model(0, tokenizer.vocab_size)
+    return export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "model")
+
+
+def _evil_pickle(folder: Path, name: str) -> Path:
+    marker = folder.parent / "unpickled"
+    (folder / name).write_bytes(pickle.dumps(RunsCode(marker)))
+    return marker
+
+
+@pytest.mark.parametrize("name", ["evil.pkl", "pytorch_model.bin", "notes"])
+def test_a_pickle_in_a_model_directory_is_refused_unread(model_dir, name):
+    marker = _evil_pickle(model_dir, name)
+    with pytest.raises(UserError, match=rf"^{model_dir / name}: a pickle file in a model directory is refused"):
+        load_model(model_dir)
+    assert not marker.exists()
+
+
+def test_a_torch_save_file_is_refused_by_its_zip_magic(model_dir):
+    import torch
+
+    torch.save({"w": torch.ones(2)}, model_dir / "extra_weights")
+    with pytest.raises(UserError, match=r"extra_weights: a pickle file in a model directory is refused"):
+        load_model(model_dir)
+
+
+def test_documentation_beside_the_model_is_fine(model_dir):
+    (model_dir / "README.md").write_text("# my model\n")
+    model, _ = load_model(model_dir)
+    assert model.vocab_size > 0
+
+
+def test_yaml_python_tags_are_not_constructed(model_dir):
+    marker = model_dir.parent / "yaml_ran"
+    (model_dir / "config.yaml").write_text(
+        f"format_version: 1\nmodel: !!python/object/apply:open [{str(marker)!r}, w]\n"
+    )
+    with pytest.raises(UserError, match=r"config\.yaml: not valid YAML"):
+        load_model(model_dir)
+    assert not marker.exists()
+
+
+def test_a_config_asking_for_a_huge_network_fails_on_shapes_without_allocating_it(model_dir, tmp_path):
+    config = yaml.safe_load((model_dir / "config.yaml").read_text())
+    config["model"]["encoder_conf"].update(d_model=65536, num_layers=64)  # ~10^12 bytes if it were built
+    (model_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    script = (
+        "import resource, sys\n"
+        "from srupp_asr.export import load_model\nfrom srupp_asr.errors import UserError\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n    load_model(sys.argv[1])\nexcept UserError as err:\n    print(err)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(model_dir)], capture_output=True, text=True, timeout=120)
+    message, grown_mib = out.stdout.splitlines()
+    assert message.startswith(f"{model_dir / 'model.safetensors'}: missing weights encoder.layers.1.")
+    assert int(grown_mib) < 200, f"loading grew the process by {grown_mib} MiB"
+
+
+def _safetensors(header: bytes, body: bytes = b"", length: int | None = None) -> bytes:
+    return struct.pack("<Q", len(header) if length is None else length) + header + body
+
+
+CRAFTED_WEIGHTS = {
+    "header length 2^60": _safetensors(b"{}", length=2**60),
+    "header not JSON": _safetensors(b"{not json at all}"),
+    "offsets past the end": _safetensors(
+        json.dumps({"w": {"dtype": "F32", "shape": [1000], "data_offsets": [0, 4000]}}).encode(), b"\0" * 8
+    ),
+    "unknown dtype": _safetensors(
+        json.dumps({"w": {"dtype": "Q99", "shape": [1], "data_offsets": [0, 4]}}).encode(), b"\0" * 4
+    ),
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("name", list(CRAFTED_WEIGHTS))
+def test_crafted_safetensors_files_are_one_line_errors(model_dir, name):
+    (model_dir / "model.safetensors").write_bytes(CRAFTED_WEIGHTS[name])
+    with pytest.raises(UserError, match=rf"^{model_dir / 'model.safetensors'}: not a readable safetensors file \("):
+        load_model(model_dir)
+
+
+@pytest.mark.parametrize("content", [b"", b"\x0a\xff\xff\xff\xff\x0f garbage", pickle.dumps([1, 2, 3])])
+def test_crafted_tokenizers_are_one_line_errors(model_dir, content):
+    (model_dir / "tokenizer.model").write_bytes(content)
+    with pytest.raises(UserError, match=rf"^{model_dir / 'tokenizer.model'}: (not a sentencepiece model|id 0 is)"):
+        load_model(model_dir)
+
+
+def test_transcribe_with_a_booby_trapped_model_exits_2_with_one_line(model_dir, tmp_path):
+    marker = _evil_pickle(model_dir, "optimizer.pt")
+    audio = tmp_path / "a.wav"
+    import numpy as np
+    import soundfile as sf
+
+    sf.write(audio, np.zeros(16000, dtype=np.float32), 16000)
+    out = subprocess.run(
+        [sys.executable, "-m", "srupp_asr.cli", "transcribe", "--model", str(model_dir), str(audio)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"srupp-asr transcribe: error: {model_dir / 'optimizer.pt'}: a pickle file in a model directory is refused"
+        " (model directories hold config.yaml, model.safetensors and tokenizer.model only; pickles can run code"
+        " when loaded)"
+    ]
+    assert not marker.exists()
+
+
+def test_a_pickle_in_an_lm_directory_is_refused(tmp_path, tokenizer):
+    lm = SRUppLM(vocab_size=tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, tokenizer.path, tmp_path / "lm")
+    assert load_lm(lm_dir)[0].vocab_size == tokenizer.vocab_size
+    marker = _evil_pickle(lm_dir, "state.pickle")
+    with pytest.raises(UserError, match=r"state\.pickle: a pickle file in a model directory is refused"):
+        load_lm(lm_dir)
+    assert not marker.exists()
