@@ -216,10 +216,16 @@ def output_names(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
 def write_transcript(
     transcript: Transcript, out_dir: str | os.PathLike[str], name: str, formats: Sequence[str]
 ) -> list[Path]:
-    """Write ``out_dir/name.<format>`` for each format, each file atomically; returns the paths."""
+    """Write ``out_dir/name.<format>`` for each format, each file atomically (a file that cannot be written, e.g.
+    on a full disk, is a UserError naming it, and the previous file of that name is left as it was); returns the
+    paths."""
     written = []
     for fmt in formats:
         path = Path(out_dir) / f"{name}.{fmt}"
-        atomic_write_text(path, WRITERS[fmt](transcript))
+        try:
+            atomic_write_text(path, WRITERS[fmt](transcript))
+        except OSError as err:
+            kept = "the previous file is kept" if path.exists() else "nothing was written"
+            raise UserError(f"{path}: cannot write ({err.strerror or err}); {kept}") from None
         written.append(path)
     return written

@@ -1,0 +1,46 @@
+# ruff: noqa: F811  (imported fixtures are parameter names of the tests)
+"""A full disk while ``srupp-asr transcribe`` writes its outputs: the previous files stay intact, no temporary
+file is left, and the failure is one line naming the file.
+
+The disk is filled for the child process only, with ``RLIMIT_FSIZE``: past the limit ``write()`` fails (EFBIG)
+exactly where a full disk (ENOSPC) would make it fail.
+"""
+
+from __future__ import annotations
+
+import resource
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import soundfile as sf
+
+from tests.test_export import tokenizer  # noqa: F401 (fixture)
+from tests.test_reliability_models import model_dir  # noqa: F401 (fixture)
+
+
+def _limit_file_size() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (60, 60))
+
+
+def test_a_full_disk_while_writing_outputs_leaves_the_previous_ones_intact(model_dir, tmp_path):
+    audio = [tmp_path / "a.wav", tmp_path / "b.wav"]
+    for path in audio:
+        sf.write(path, 0.01 * np.random.default_rng(0).standard_normal(16000).astype(np.float32), 16000)
+    out = tmp_path / "out"
+    out.mkdir()
+    previous = {name: f"previous {name}\n" for name in ("a.json", "b.json")}
+    for name, text in previous.items():
+        (out / name).write_text(text)
+    cmd = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "--model", str(model_dir), "-f", "json", "-o", str(out)]
+    proc = subprocess.run(
+        [*cmd, *map(str, audio)], capture_output=True, text=True, timeout=300, preexec_fn=_limit_file_size
+    )
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert proc.returncode != 0
+    assert len(errors) == 2, proc.stderr
+    for name, line in zip(previous, errors, strict=True):
+        assert str(out / name) in line and "File too large" in line and "Traceback" not in proc.stderr
+    assert {p.name: p.read_text() for p in out.iterdir()} == previous  # untouched, and no temporary file left
