@@ -11,11 +11,13 @@ is read in pieces). :func:`load_audio` is the reader reading everything.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import re
 import stat
+import sys
 from collections.abc import Iterator
 
 import numpy as np
@@ -42,6 +44,13 @@ _STREAMING_PLACEHOLDER_SIZES = {0xFFFFFFFF, 0x7FFFFFFF}
 # torchaudio's resampling defaults (torchaudio.functional.resample), which fix how far its filter reaches.
 _LOWPASS_FILTER_WIDTH = 6
 _ROLLOFF = 0.99
+# The largest resampling kernel built (elements). torchaudio's kernel has (target / gcd) x (source / gcd) taps, so
+# a rate sharing few factors with 16 kHz (22051 Hz: 6 GB and 9 s for 2 s of audio) is resampled from the nearest
+# rate under this bound instead (22050 Hz: a 45 ppm change of speed). Every common rate is far below it.
+_MAX_KERNEL = 1 << 20
+MIN_FILE_RATE = 1000  # Hz; below this a header is damaged or not speech (1 Hz would be upsampled 16000 times)
+# Frames decoded per call at most: a damaged MP3 header can promise 10^12 frames, which must not become one allocation.
+_READ_PIECE = 1 << 24
 
 
 def prepare_waveform(
@@ -55,11 +64,33 @@ def prepare_waveform(
         wav = wav.mean(dim=0)
     elif wav.dim() != 1:
         raise ValueError(f"expected (channels, samples) or (samples,) audio, got shape {tuple(wav.shape)}")
-    if sample_rate != target_rate:
+    sample_rate = resampling_rate(sample_rate, target_rate)
+    if sample_rate != target_rate and wav.numel() > 0:  # torchaudio cannot resample nothing
         wav = _resampler(sample_rate, target_rate, wav.device)(wav)
     # Float files may exceed full scale and the resampler can overshoot a little; the features assume
     # 16-bit-like input, so clip as a 16-bit encoder would.
     return wav.clamp_(-1.0, 1.0).contiguous()
+
+
+def _kernel_size(sample_rate: int, target_rate: int) -> int:
+    """Elements of torchaudio's resampling kernel from ``sample_rate`` to ``target_rate``."""
+    gcd = math.gcd(sample_rate, target_rate)
+    orig, new = sample_rate // gcd, target_rate // gcd
+    width = math.ceil(_LOWPASS_FILTER_WIDTH * orig / (min(orig, new) * _ROLLOFF))
+    return new * (orig + 2 * width)
+
+
+@functools.lru_cache(maxsize=256)
+def resampling_rate(sample_rate: int, target_rate: int = SAMPLE_RATE) -> int:
+    """The rate audio at ``sample_rate`` is resampled from: itself, unless its kernel would exceed ``_MAX_KERNEL``
+    elements; then the nearest rate whose kernel fits (beyond 10^9 Hz, the nearest multiple of the target rate)."""
+    if sample_rate == target_rate or _kernel_size(sample_rate, target_rate) <= _MAX_KERNEL:
+        return sample_rate
+    for distance in range(1, target_rate // 2 + 1):
+        for rate in (sample_rate - distance, sample_rate + distance):
+            if rate > 0 and _kernel_size(rate, target_rate) <= _MAX_KERNEL:
+                return rate
+    return max(target_rate, round(sample_rate / target_rate) * target_rate)
 
 
 @functools.lru_cache(maxsize=16)
@@ -85,9 +116,11 @@ class AudioReader:
         self.sample_rate = sample_rate
         _check_openable(self.path)
         try:
-            self._file = sf.SoundFile(self.path)
+            # As bytes: soundfile encodes a str name strictly, which fails on a non-UTF-8 name (surrogateescape).
+            with _native_stderr_silenced():
+                self._file = sf.SoundFile(os.fsencode(self.path))
         except sf.LibsndfileError as err:
-            raise UserError(f"{self.path}: not a readable audio file ({err.error_string.strip()})") from None
+            raise UserError(f"{self.path}: not a readable audio file ({_libsndfile_reason(err)})") from None
         except sf.SoundFileError as err:
             raise UserError(f"{self.path}: not a readable audio file ({err})") from None
         try:
@@ -100,12 +133,13 @@ class AudioReader:
         self.frames: int = self._file.frames
         self._exact_seek = self._file.format not in _ESTIMATED_LENGTH_FORMATS
         self._pos, self._tail = 0, np.zeros((0, self.channels), np.float32)  # sequential decoding's state
+        rate = resampling_rate(self.file_rate, sample_rate)  # the header's rate unless it is a costly one
         # The resampler gives ceil(frames * new / orig) samples.
-        self.num_samples: int = -(-self.frames * sample_rate // self.file_rate)
-        gcd = math.gcd(self.file_rate, sample_rate)
-        self._step_in, self._step_out = self.file_rate // gcd, sample_rate // gcd  # aligned block, in and out
+        self.num_samples: int = -(-self.frames * sample_rate // rate)
+        gcd = math.gcd(rate, sample_rate)
+        self._step_in, self._step_out = rate // gcd, sample_rate // gcd  # aligned block, in and out
         width = math.ceil(_LOWPASS_FILTER_WIDTH * self._step_in / (min(self._step_in, self._step_out) * _ROLLOFF))
-        self._context_blocks = 0 if self.file_rate == sample_rate else -(-(width + self._step_in) // self._step_in) + 1
+        self._context_blocks = 0 if rate == sample_rate else -(-(width + self._step_in) // self._step_in) + 1
 
     @property
     def duration(self) -> float:
@@ -124,6 +158,11 @@ class AudioReader:
                 )
         if f.frames <= 0:
             raise UserError(f"{self.path}: holds no audio samples")
+        if f.samplerate < MIN_FILE_RATE:
+            raise UserError(
+                f"{self.path}: not a readable audio file (its sample rate, {f.samplerate} Hz, is below "
+                f"{MIN_FILE_RATE} Hz: a damaged header or not speech)"
+            )
 
     def read(self, start: int, end: int) -> torch.Tensor:
         """Samples ``[start, end)`` (at ``sample_rate``) as a float32 mono 1-D tensor in [-1, 1]; shorter only where
@@ -156,9 +195,10 @@ class AudioReader:
         """``frames`` frames from ``begin`` at the file's rate, (frames, channels) float32; checked."""
         f = self._file
         try:
-            data = self._read_exact(begin, frames) if self._exact_seek else self._read_sequential(begin, frames)
+            with _native_stderr_silenced(f.format == "MP3"):
+                data = self._read_exact(begin, frames) if self._exact_seek else self._read_sequential(begin, frames)
         except sf.LibsndfileError as err:
-            raise UserError(f"{self.path}: not a readable audio file ({err.error_string.strip()})") from None
+            raise UserError(f"{self.path}: not a readable audio file ({_libsndfile_reason(err)})") from None
         except (sf.SoundFileError, RuntimeError) as err:
             raise UserError(f"{self.path}: not a readable audio file ({err})") from None
         if len(data) < frames and f.format not in _ESTIMATED_LENGTH_FORMATS:
@@ -174,7 +214,22 @@ class AudioReader:
 
     def _read_exact(self, begin: int, frames: int) -> np.ndarray:
         self._file.seek(begin)
-        return self._file.read(frames, dtype="float32", always_2d=True)
+        return self._read_frames(frames)
+
+    def _read_frames(self, frames: int) -> np.ndarray:
+        """Up to ``frames`` frames from the current position, decoded ``_READ_PIECE`` at a time: a header that
+        overstates the length costs what the file holds, not what it claims."""
+        pieces = []
+        while frames > 0:
+            want = min(frames, _READ_PIECE)
+            piece = self._file.read(want, dtype="float32", always_2d=True)
+            pieces.append(piece)
+            frames -= len(piece)
+            if len(piece) < want:
+                break
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate(pieces) if pieces else np.zeros((0, self.channels), np.float32)
 
     def _read_sequential(self, begin: int, frames: int) -> np.ndarray:
         """Decode without seeking: libsndfile's Vorbis and MP3 decoders return wrong samples for a while after a
@@ -191,8 +246,10 @@ class AudioReader:
             self._pos += skipped
             self._tail = self._tail[:0]
             tail_start = self._pos
+        if self._pos < begin:  # the stream ended before ``begin`` (its header overstated the length)
+            return self._tail[:0]
         kept = self._tail[max(0, begin - tail_start) : begin + frames - tail_start]
-        fresh = f.read(max(0, begin + frames - self._pos), dtype="float32", always_2d=True)
+        fresh = self._read_frames(max(0, begin + frames - self._pos))
         if len(fresh) == 0:
             return kept
         self._pos += len(fresh)
@@ -225,3 +282,37 @@ def _check_openable(name: str) -> None:
         raise UserError(f"{name}: not a readable audio file ({err.strerror or err})") from None
     if info.st_size == 0:
         raise UserError(f"{name}: not a readable audio file (the file is empty)")
+
+
+def _libsndfile_reason(err: sf.LibsndfileError) -> str:
+    """libsndfile's reason, except its "File does not exist or is not a regular file" for a file that exists and
+    was opened (what its MP3 decoder answers when it finds no MPEG audio in a file)."""
+    reason = err.error_string.strip()
+    return "no decodable audio stream found" if reason.startswith("File does not exist or is not a regular") else reason
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced(active: bool = True) -> Iterator[None]:
+    """The process's stderr (file descriptor 2) sent to the null device for the block: libmpg123, libsndfile's MP3
+    decoder, prints notes and warnings about damaged streams there itself ("Note: Illegal Audio-MPEG-Header ...",
+    a dozen lines for one file), which would bury the one-line error that names the file."""
+    if not active:
+        yield
+        return
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all: nothing to silence
+        yield
+        return
+    try:
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            sys.stderr.flush()  # what Python has buffered goes out before the switch
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 2)
+        finally:
+            os.close(null)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -106,7 +106,8 @@ def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], li
     An input is a file (taken as it is, whatever its name), a directory (searched recursively for audio file
     names, sorted, hidden entries skipped) or ``@LIST``, a text file of inputs, one per line (blank lines and
     ``#`` comments skipped; relative paths are relative to the current directory, as on the command line).
-    A file named twice is transcribed once.
+    A file named twice, or reached twice through symbolic links, is transcribed once; links to directories met
+    inside a directory are not followed, so a link loop ends the search.
     """
     from srupp_asr.audio import AUDIO_EXTENSIONS
 
@@ -115,7 +116,7 @@ def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], li
     seen: set[str] = set()
 
     def add(path: str) -> None:
-        key = os.path.abspath(path)
+        key = os.path.realpath(path)
         if key not in seen:
             seen.add(key)
             files.append(path)
@@ -301,13 +302,19 @@ class _Transcriber:
         with AudioReader(job.path) as reader:
             chunks = self.plan(reader)
             spans = [c.seconds(self.rate) for c in chunks]
-            words, texts = [], []
+            words, texts, end = [], [], 0
             for chunk, (start, _) in zip(chunks, spans, strict=True):
                 wav = reader.read(chunk.start, chunk.end)
+                if wav.numel() == 0:  # an MP3 or Ogg header overstated the length: the audio has ended
+                    break
+                end = max(end, chunk.start + wav.numel())
                 (hyp,) = self.decode([wav])
                 words.append(longform.shift_words(hyp.words, start))
                 texts.append(hyp.text)
                 progress((chunk.end - chunk.start) / self.rate)
+        if end < job.num_samples:  # only what was decoded counts
+            job.num_samples = end
+            spans = [(a, min(b, end / self.rate)) for a, b in spans[: len(words)]]
         merged = longform.merge_chunk_words(spans, words)
         text = " ".join(t for t in texts if t)
         return self.transcript(job, merged, text, spans, time.perf_counter() - begin)
@@ -394,7 +401,7 @@ def transcribe(
 
     def finish(job: _Job, transcript: Transcript | None) -> None:
         if transcript is not None and output_dir is not None:
-            write_transcript(transcript, output_dir, job.name, formats)
+            write_transcript(_printable_transcript(transcript), output_dir, job.name, formats)
         in_order.add(job.index, transcript)
 
     readable: list[_Job] = []
@@ -484,13 +491,33 @@ def _check_settings(
 # ------------------------------------------------------------------------------------------ command line
 
 
+def printable(text: str) -> str:
+    """``text`` as it can be printed or written as UTF-8: the bytes of a file name that are not UTF-8 (which Python
+    holds as lone surrogates) become ``\\xNN``, as the one-line errors show them."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that no file name decodes to
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _printable_transcript(transcript: Transcript) -> Transcript:
+    """``transcript`` with a path that can be written as UTF-8 (the transcript itself keeps the real name)."""
+    path = printable(transcript.path)
+    return transcript if path == transcript.path else dataclasses.replace(transcript, path=path)
+
+
 def _stdout_printer(fmt: str, several: bool) -> Callable[[Transcript], None]:
     """What prints each transcript when no --output-dir is given."""
     if not several:
-        return lambda t: print(WRITERS[fmt](t), end="", flush=True)
+        return lambda t: print(WRITERS[fmt](_printable_transcript(t)), end="", flush=True)
     if fmt == "txt":
-        return lambda t: print(f"{t.path}\t{t.text}", flush=True)
-    return lambda t: print(to_json(t, indent=None), end="", flush=True)  # JSON lines
+        return lambda t: print(f"{printable(t.path)}\t{t.text}", flush=True)
+    return lambda t: print(to_json(_printable_transcript(t), indent=None), end="", flush=True)  # JSON lines
 
 
 def transcribe_command(args: argparse.Namespace) -> int:
@@ -512,7 +539,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
     def on_error(message: str) -> None:
         nonlocal failed
         failed += 1
-        print(f"srupp-asr transcribe: error: {message}", file=sys.stderr, flush=True)
+        print(f"srupp-asr transcribe: error: {printable(message)}", file=sys.stderr, flush=True)
 
     begin = time.perf_counter()
     transcripts = transcribe(
