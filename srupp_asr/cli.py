@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "transcribe": ("srupp_asr.transcribe", "transcribe audio files (txt, json, srt, vtt, tsv; long recordings)"),
     "evaluate": ("srupp_asr.scoring.evaluate", "decode a cut manifest with a model and score it (WER/CER report)"),
     "score": ("srupp_asr.scoring.score", "score hypotheses against references (sclite-compatible counts)"),
+    "summarize": ("srupp_asr.scoring.summary", "collect the scoring reports of an experiment into one results table"),
 }
 
 

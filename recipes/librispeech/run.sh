@@ -35,6 +35,9 @@
 # --config defaults: 960 -> conf/librispeech_<encoder>.yaml (about 115 M parameters, ESPnet's Conformer size),
 # 100 -> conf/train_<encoder>.yaml (about 30 M).
 set -euo pipefail
+recipe=librispeech
+# shellcheck source=recipes/common/stages.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common/stages.sh"  # usage, log, runs, find_srupp and the shared stages
 
 stage=0
 stop_stage=9
@@ -66,7 +69,6 @@ lm_weight=""
 test_sets="dev_clean dev_other test_clean test_other"
 device=auto
 
-usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --stage) stage=$2; shift 2 ;;
@@ -102,31 +104,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-log() { echo "$(date '+%F %T') (librispeech stage $1) $2"; }
-runs() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
-# A value of the flat "key: value" decode config (empty when absent).
-conf_value() { sed -n "s/^$1:[[:space:]]*\([^[:space:]#]*\).*/\1/p" "$decode_config" | head -n 1; }
 cd "$(dirname "$0")/../.."  # paths (conf/, data/, exp/) are relative to the repository root
 [ -f "$decode_config" ] || { echo "run.sh: $decode_config: decode config not found" >&2; exit 2; }
+find_srupp  # srupp-asr from PATH, else the one `make` installed in .venv
 
-# srupp-asr from PATH, else the one `make` installed in .venv (and the Python beside it)
-if command -v srupp-asr >/dev/null 2>&1; then
-  srupp() { srupp-asr "$@"; }
-  py=$(dirname "$(command -v srupp-asr)")/python
-  [ -x "$py" ] || py=python3
-elif [ -x .venv/bin/srupp-asr ]; then
-  srupp() { .venv/bin/srupp-asr "$@"; }
-  py=.venv/bin/python
-else
-  echo "run.sh: srupp-asr not found: run 'make setup' (or pip install -e .) first" >&2
-  exit 2
-fi
-
-for flag in "$speed_perturb" "$use_lm"; do
-  case "$flag" in true|false) ;; *) echo "run.sh: --speed-perturb and --use-lm take true or false" >&2; exit 2 ;; esac
-done
+check_corpus_options "$speed_perturb" "$use_lm" "$encoder"
 case "$subset" in 100|960) ;; *) echo "run.sh: --subset must be 100 or 960, got $subset" >&2; exit 2 ;; esac
-case "$encoder" in srupp|conformer) ;; *) echo "run.sh: --encoder must be srupp or conformer" >&2; exit 2 ;; esac
 if [ -z "$config" ]; then
   if [ "$subset" = 960 ]; then config=conf/librispeech_$encoder.yaml; else config=conf/train_$encoder.yaml; fi
 fi
@@ -136,26 +119,7 @@ manifests=$data/manifests
 [ -n "$corpus_dir" ] || corpus_dir=$download_dir/LibriSpeech
 train_set=train
 $speed_perturb && train_set=train_sp
-lm_dir=$exp/lm
-
-# The decoding options of MODE: beam and weights from the decode config unless given on the command line, the LM
-# (stage 7) in the beam modes when --use-lm true. system_name: the results folder's name, decode_<system>.
-decode_options() {
-  local opts
-  opts="--decoding $1 --beam ${beam:-$(conf_value beam)} --ctc-weight ${ctc_weight:-$(conf_value ctc_weight)}"
-  opts="$opts --length-penalty $(conf_value length_penalty)"
-  if $use_lm && [ "$1" != ctc_greedy ]; then
-    opts="$opts --lm $lm_dir --lm-weight ${lm_weight:-$(conf_value lm_weight)}"
-  fi
-  echo "$opts"
-}
-system_name() { if $use_lm && [ "$1" != ctc_greedy ]; then echo "${1}_lm"; else echo "$1"; fi; }
-# The last training run's metrics (Lightning numbers the runs version_N): the training curves of each report.
-train_log_option() {
-  local csv
-  csv=$(find "$exp/csv" -name metrics.csv 2>/dev/null | sort -V | tail -n 1)
-  [ -z "$csv" ] || echo "--train-log $csv"
-}
+lm_dir=$exp/lm  # the LM of stage 7 (decode_options and system_name of stages.sh read it)
 
 if runs 0; then
   if $corpus_given; then
@@ -167,117 +131,44 @@ if runs 0; then
 fi
 
 if runs 1; then
-  missing=""
-  for set in train dev dev_clean dev_other test_clean test_other; do
-    [ -f "$manifests/${set}_cuts.jsonl.gz" ] || missing="$missing $set"
-  done
-  if [ -z "$missing" ]; then
-    log 1 "$manifests/*_cuts.jsonl.gz exist, skipping"
-  else
+  stage_manifests 1 "$manifests" "train dev dev_clean dev_other test_clean test_other" \
     srupp corpus prepare librispeech "$corpus_dir" "$manifests" --subset "$subset" --jobs "$nj"
-    log 1 "wrote $manifests/{train,dev,dev_clean,dev_other,test_clean,test_other}_cuts.jsonl.gz"
-  fi
 fi
 
 if runs 2; then
-  if ! $speed_perturb; then
-    log 2 "--speed-perturb false: training on $manifests/train_cuts.jsonl.gz as it is"
-  elif [ -f "$manifests/train_sp_cuts.jsonl.gz" ]; then
-    log 2 "$manifests/train_sp_cuts.jsonl.gz exists, skipping"
-  else
-    srupp corpus speed-perturb "$manifests/train_cuts.jsonl.gz" "$manifests/train_sp_cuts.jsonl.gz" \
-      --factors 0.9 1.0 1.1
-    log 2 "wrote $manifests/train_sp_cuts.jsonl.gz"
-  fi
+  stage_speed_perturb 2 "$manifests" "$speed_perturb"
 fi
 
 if runs 3; then
-  if [ -f "$data/cmvn.json" ]; then
-    log 3 "$data/cmvn.json exists, skipping"
-  else
-    max_cuts=""
-    [ "$cmvn_max_cuts" -gt 0 ] && max_cuts="--max-cuts $cmvn_max_cuts"
-    # shellcheck disable=SC2086  # max_cuts is a word list
-    srupp cmvn "$manifests/${train_set}_cuts.jsonl.gz" --out "$data/cmvn.json" $max_cuts
-    log 3 "wrote $data/cmvn.json"
-  fi
+  stage_cmvn 3 "$manifests/${train_set}_cuts.jsonl.gz" "$data/cmvn.json" "$cmvn_max_cuts"
 fi
 
 if runs 4; then
-  if [ -f "$data/tokenizer.model" ]; then
-    log 4 "$data/tokenizer.model exists, skipping"
-  else
-    srupp tokenizer --cuts "$manifests/train_cuts.jsonl.gz" --out "$data/tokenizer.model" \
-      --vocab-size "$vocab_size" --model-type "$token_type"
-    log 4 "wrote $data/tokenizer.model"
-  fi
+  stage_tokenizer 4 "$manifests/train_cuts.jsonl.gz" "$data/tokenizer.model" "$vocab_size" "$token_type"
 fi
 
 if runs 5; then
-  resume=""
-  if [ -f "$exp/checkpoints/last.ckpt" ]; then
-    resume="--ckpt_path last"
-    log 5 "resuming from $exp/checkpoints/last.ckpt"
-  fi
-  scale=""
-  [ -n "$devices" ] && scale="--trainer.devices $devices"
-  [ -n "$num_nodes" ] && scale="$scale --trainer.num_nodes $num_nodes"
-  log 5 "training with $config into $exp"
-  # shellcheck disable=SC2086  # scale, train_args and resume are word lists
-  srupp train fit --config "$config" \
-    --data.train_cuts "$manifests/${train_set}_cuts.jsonl.gz" --data.valid_cuts "$manifests/dev_cuts.jsonl.gz" \
-    --data.speed_perturb null --data.tokenizer "$data/tokenizer.model" --model.cmvn "$data/cmvn.json" \
-    --trainer.default_root_dir "$exp" $scale $train_args $resume
-  log 5 "checkpoints in $exp/checkpoints, logs in $exp/csv and $exp/tensorboard"
+  # shellcheck disable=SC2046,SC2086  # trainer_scale_options prints a word list, train_args is one
+  stage_train 5 "$config" "$manifests/${train_set}_cuts.jsonl.gz" "$manifests/dev_cuts.jsonl.gz" \
+    "$data/tokenizer.model" "$data/cmvn.json" "$exp" --data.speed_perturb null \
+    $(trainer_scale_options "$devices" "$num_nodes") $train_args
 fi
 
 if runs 6; then
-  srupp average --exp-dir "$exp" --num "$num_avg" --out "$exp/model"
-  log 6 "wrote the model directory $exp/model"
+  stage_average 6 "$exp" "$num_avg"
 fi
 
 if runs 7; then
-  if ! $use_lm; then
-    log 7 "no LM (--use-lm false)"
-  elif [ -d "$lm_dir" ]; then
-    log 7 "$lm_dir exists, skipping"
-  else
-    if [ -n "$lm_text" ]; then
-      # shellcheck disable=SC2086  # lm_text is a list of files
-      text_args="--train-text $lm_text"
-    else
-      text_args="--train-cuts $manifests/train_cuts.jsonl.gz"
-    fi
-    lm_device=cpu
-    command -v nvidia-smi >/dev/null 2>&1 && lm_device=cuda
-    log 7 "training an SRU++ LM into $lm_dir"
-    # shellcheck disable=SC2086  # text_args and lm_args are word lists
-    srupp train-lm --tokenizer "$data/tokenizer.model" $text_args --valid-cuts "$manifests/dev_cuts.jsonl.gz" \
-      --out-dir "$lm_dir" --device "$lm_device" $lm_args
-    log 7 "wrote $lm_dir"
-  fi
+  # shellcheck disable=SC2086  # lm_args is a word list
+  stage_lm 7 "$use_lm" "$lm_dir" "$data/tokenizer.model" "$manifests/train_cuts.jsonl.gz" \
+    "$manifests/dev_cuts.jsonl.gz" "$lm_text" $lm_args
 fi
 
 if runs 8; then
-  for set in $test_sets; do
-    for mode in $decodings; do
-      out=$exp/decode_$(system_name "$mode")/$set
-      if [ -f "$out/results.json" ]; then
-        log 8 "$out/results.json exists, skipping"
-        continue
-      fi
-      # shellcheck disable=SC2046  # decode_options prints a word list
-      srupp evaluate --model "$exp/model" --cuts "$manifests/${set}_cuts.jsonl.gz" $(decode_options "$mode") \
-        --device "$device" --name "$set" --out-dir "$out" $(train_log_option)
-      log 8 "wrote $out (results.md, results.json, report.html)"
-    done
-  done
+  stage_decode 8 "$exp" "$manifests" "$device" "$test_sets" "$decodings"
 fi
 
 if runs 9; then
   # shellcheck disable=SC2086  # test_sets is a word list
-  table=$("$py" recipes/synth_en/local/summarize.py "$exp" --sets $test_sets)
-  printf '# LibriSpeech %s h results (%s, %s)\n\n%s\n' "$subset" "$exp" "$config" "$table" > "$exp/RESULTS.md.tmp"
-  mv "$exp/RESULTS.md.tmp" "$exp/RESULTS.md"
-  log 9 "wrote $exp/RESULTS.md"
+  stage_summary 9 "$exp" "LibriSpeech $subset h results ($exp, $config)" --quiet --sets $test_sets
 fi

@@ -22,6 +22,9 @@
 #   7  score pocketsphinx's transcripts and write the summary table $exp/RESULTS.md
 # --config defaults by size: tiny -> conf/tiny_cpu.yaml, small -> conf/synth_en_cpu.yaml, large -> conf/train_srupp.yaml
 set -euo pipefail
+recipe=synth_en
+# shellcheck source=recipes/common/stages.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common/stages.sh"  # usage, log, runs, find_srupp and the shared stages
 
 stage=0
 stop_stage=7
@@ -44,7 +47,6 @@ lm_args=""
 lm_weight=0.3
 test_sets="test_seen test_unseen"
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --stage) stage=$2; shift 2 ;;
@@ -71,22 +73,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-log() { echo "$(date '+%F %T') (synth_en stage $1) $2"; }
-runs() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
 cd "$(dirname "$0")/../.."  # paths (conf/, data/, exp/) are relative to the repository root
-
-# srupp-asr from PATH, else the one `make` installed in .venv (and the Python beside it)
-if command -v srupp-asr >/dev/null 2>&1; then
-  srupp() { srupp-asr "$@"; }
-  py=$(dirname "$(command -v srupp-asr)")/python
-  [ -x "$py" ] || py=python3
-elif [ -x .venv/bin/srupp-asr ]; then
-  srupp() { .venv/bin/srupp-asr "$@"; }
-  py=.venv/bin/python
-else
-  echo "run.sh: srupp-asr not found: run 'make setup' (or pip install -e .) first" >&2
-  exit 2
-fi
+find_srupp  # srupp-asr from PATH, else the one `make` installed in .venv (and $py, the Python beside it)
 
 if [ -z "$config" ]; then
   case "$size" in
@@ -109,6 +97,7 @@ if runs 0; then
     log 0 "installing:$missing"
     sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
     $sudo apt-get update -qq
+    # shellcheck disable=SC2086  # missing is a word list
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing
   else
     log 0 "TTS engines and texts already installed"
@@ -131,22 +120,11 @@ if runs 1; then
 fi
 
 if runs 2; then
-  if [ -f "$data/cmvn.json" ]; then
-    log 2 "$data/cmvn.json exists, skipping"
-  else
-    srupp cmvn "$manifests/train_cuts.jsonl.gz" --out "$data/cmvn.json"
-    log 2 "wrote $data/cmvn.json"
-  fi
+  stage_cmvn 2 "$manifests/train_cuts.jsonl.gz" "$data/cmvn.json" 0
 fi
 
 if runs 3; then
-  if [ -f "$data/tokenizer.model" ]; then
-    log 3 "$data/tokenizer.model exists, skipping"
-  else
-    srupp tokenizer --cuts "$manifests/train_cuts.jsonl.gz" --out "$data/tokenizer.model" \
-      --vocab-size "$vocab_size" --model-type unigram
-    log 3 "wrote $data/tokenizer.model"
-  fi
+  stage_tokenizer 3 "$manifests/train_cuts.jsonl.gz" "$data/tokenizer.model" "$vocab_size" unigram
   if ! $lm; then
     log 3 "--lm false: no language model"
   elif [ -f "$exp/lm/model.safetensors" ]; then
@@ -168,40 +146,25 @@ if runs 3; then
 fi
 
 if runs 4; then
-  resume=""
-  if [ -f "$exp/checkpoints/last.ckpt" ]; then
-    resume="--ckpt_path last"
-    log 4 "resuming from $exp/checkpoints/last.ckpt"
-  fi
-  log 4 "training with $config into $exp"
-  # shellcheck disable=SC2086  # train_args and resume are word lists
-  srupp train fit --config "$config" \
-    --data.train_cuts "$manifests/train_cuts.jsonl.gz" --data.valid_cuts "$manifests/dev_cuts.jsonl.gz" \
-    --data.tokenizer "$data/tokenizer.model" --model.cmvn "$data/cmvn.json" \
-    --trainer.default_root_dir "$exp" $train_args $resume
-  log 4 "checkpoints in $exp/checkpoints, logs in $exp/csv and $exp/tensorboard"
+  # shellcheck disable=SC2086  # train_args is a word list
+  stage_train 4 "$config" "$manifests/train_cuts.jsonl.gz" "$manifests/dev_cuts.jsonl.gz" "$data/tokenizer.model" \
+    "$data/cmvn.json" "$exp" $train_args
 fi
 
 if runs 5; then
-  srupp average --exp-dir "$exp" --num "$num_avg" --out "$exp/model"
-  log 5 "wrote the model directory $exp/model"
+  stage_average 5 "$exp" "$num_avg"
 fi
 
 if runs 6; then
   for set in $test_sets; do
     for system in $decodings; do
-      out=$exp/decode_${system}/$set
-      if [ -f "$out/results.json" ]; then
-        log 6 "$out/results.json exists, skipping"
-        continue
-      fi
       mode=${system%+lm}
       fusion=""
       [ "$mode" != "$system" ] && fusion="--lm $exp/lm --lm-weight $lm_weight"
       # shellcheck disable=SC2086  # fusion is a word list
-      srupp evaluate --model "$exp/model" --cuts "$manifests/${set}_cuts.jsonl.gz" --decoding "$mode" \
-        --beam "$beam" --device "$device" --name "$set" --out-dir "$out" $fusion
-      log 6 "wrote $out (results.md, report.html, hyp.trn)"
+      evaluate_into 6 "$exp/decode_${system}/$set" "results.md, report.html, hyp.trn" --model "$exp/model" \
+        --cuts "$manifests/${set}_cuts.jsonl.gz" --decoding "$mode" --beam "$beam" --device "$device" \
+        --name "$set" $fusion
     done
     if $pocketsphinx; then
       out=$exp/decode_pocketsphinx/$set
@@ -223,6 +186,6 @@ if runs 7; then
         --name "$set" --out-dir "$out"
     done
   fi
-  "$py" recipes/synth_en/local/summarize.py "$exp" --sets $test_sets --out "$exp/RESULTS.md"
-  log 7 "wrote $exp/RESULTS.md"
+  # shellcheck disable=SC2086  # test_sets is a word list
+  stage_summary 7 "$exp" "synth_en results ($exp)" --sets $test_sets
 fi
