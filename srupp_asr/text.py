@@ -45,8 +45,8 @@ def normalize_text(text: str) -> str:
             out.append(char)
         elif category == "M" and out and out[-1] != " ":
             out.append(char)  # a mark only counts attached to a word (NFKC turns ``¨`` into space + mark)
-        elif char == "'" and 0 < i < last and _is_word_char(text[i - 1]) and _is_word_char(text[i + 1]):
-            out.append(char)
+        elif char == "'" and out and out[-1] != " " and i < last and _is_word_char(text[i + 1]):
+            out.append(char)  # after a kept character (not a mark that was dropped: "¨'0" is "0"), before a word one
         else:
             out.append(" ")
     return " ".join("".join(out).split())
