@@ -148,7 +148,7 @@ fi
 if runs 4; then
   # shellcheck disable=SC2086  # train_args is a word list
   stage_train 4 "$config" "$manifests/train_cuts.jsonl.gz" "$manifests/dev_cuts.jsonl.gz" "$data/tokenizer.model" \
-    "$data/cmvn.json" "$exp" $train_args
+    "$data/cmvn.json" "$exp" --data.audio_roots "[\"$corpus\"]" $train_args
 fi
 
 if runs 5; then

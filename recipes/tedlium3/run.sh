@@ -158,7 +158,7 @@ fi
 if runs 5; then
   # shellcheck disable=SC2046,SC2086  # trainer_scale_options prints a word list, train_args is one
   stage_train 5 "$config" "$manifests/${train_set}_cuts.jsonl.gz" "$manifests/dev_cuts.jsonl.gz" \
-    "$data/tokenizer.model" "$data/cmvn.json" "$exp" --data.speed_perturb null \
+    "$data/tokenizer.model" "$data/cmvn.json" "$exp" --data.speed_perturb null --data.audio_roots "[\"$corpus_dir\"]" \
     $(trainer_scale_options "$devices" "$num_nodes") $train_args
 fi
 
