@@ -401,7 +401,11 @@ def transcribe(
 
     def finish(job: _Job, transcript: Transcript | None) -> None:
         if transcript is not None and output_dir is not None:
-            write_transcript(_printable_transcript(transcript), output_dir, job.name, formats)
+            try:
+                write_transcript(_printable_transcript(transcript), output_dir, job.name, formats)
+            except UserError as err:  # a full disk or a read-only folder: this file failed, the others go on
+                report(str(err))
+                transcript = None
         in_order.add(job.index, transcript)
 
     readable: list[_Job] = []
