@@ -18,6 +18,7 @@ import os
 import re
 import stat
 import sys
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -291,28 +292,41 @@ def _libsndfile_reason(err: sf.LibsndfileError) -> str:
     return "no decodable audio stream found" if reason.startswith("File does not exist or is not a regular") else reason
 
 
+_silence_lock = threading.Lock()
+_silence = {"depth": 0, "saved": -1}  # how many blocks want stderr silenced; the real stderr meanwhile
+
+
 @contextlib.contextmanager
 def _native_stderr_silenced(active: bool = True) -> Iterator[None]:
     """The process's stderr (file descriptor 2) sent to the null device for the block: libmpg123, libsndfile's MP3
     decoder, prints notes and warnings about damaged streams there itself ("Note: Illegal Audio-MPEG-Header ...",
-    a dozen lines for one file), which would bury the one-line error that names the file."""
+    a dozen lines for one file), which would bury the one-line error that names the file. Blocks may nest and run
+    in several threads: the first to enter switches, the last to leave switches back."""
     if not active:
         yield
         return
+    with _silence_lock:
+        if _silence["depth"] == 0:
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                sys.stderr.flush()  # what Python has buffered goes out before the switch
+            try:
+                _silence["saved"] = os.dup(2)
+                null = os.open(os.devnull, os.O_WRONLY)
+                try:
+                    os.dup2(null, 2)
+                finally:
+                    os.close(null)
+            except OSError:  # no stderr to silence (or no null device): leave it as it is
+                if _silence["saved"] >= 0:
+                    os.close(_silence["saved"])
+                _silence["saved"] = -1
+        _silence["depth"] += 1
     try:
-        saved = os.dup(2)
-    except OSError:  # no stderr at all: nothing to silence
-        yield
-        return
-    try:
-        with contextlib.suppress(AttributeError, ValueError, OSError):
-            sys.stderr.flush()  # what Python has buffered goes out before the switch
-        null = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null, 2)
-        finally:
-            os.close(null)
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        with _silence_lock:
+            _silence["depth"] -= 1
+            if _silence["depth"] == 0 and _silence["saved"] >= 0:
+                os.dup2(_silence["saved"], 2)
+                os.close(_silence["saved"])
+                _silence["saved"] = -1

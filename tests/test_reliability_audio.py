@@ -467,6 +467,25 @@ def test_libmpg123_chatter_does_not_reach_stderr(tmp_path, capfd):
     assert capfd.readouterr().err == "after\n"
 
 
+def test_silencing_stderr_nests_and_is_safe_across_threads(capfd):
+    import threading
+
+    from srupp_asr.audio import _native_stderr_silenced
+
+    def work(i: int) -> None:
+        for _ in range(50):
+            with _native_stderr_silenced(), _native_stderr_silenced(i % 2 == 0):
+                os.write(2, b"chatter\n")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    os.write(2, b"still here\n")  # the real stderr is back, whatever the interleaving
+    assert capfd.readouterr().err == "still here\n"
+
+
 def test_an_mp3_whose_header_overstates_its_length_is_read_for_what_it_holds(tmp_path, model, utts):
     if "MP3" not in sf.available_formats():
         pytest.skip("libsndfile without MP3")
