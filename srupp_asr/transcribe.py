@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import sys
 import time
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srupp_asr.errors import UserError
+from srupp_asr.errors import UserError, first_line
 from srupp_asr.fileio import read_text
 from srupp_asr.writers import (
     FORMATS,
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
     from srupp_asr.longform import Chunk
     from srupp_asr.model import ASRModel
     from srupp_asr.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_ENV = "SRUPP_ASR_DEFAULT_MODEL"
 # srupp_asr.decoding.MODES, spelled out so that --help does not import torch (a test keeps them equal)
@@ -428,25 +431,30 @@ def transcribe(
                 transcripts = worker.run_batch(batch)
             except UnusableModel:
                 raise
-            except UserError:  # a file could not be decoded after all: find it and keep the others
-                transcripts = [_or_report(lambda job=job: worker.run_batch([job])[0], report) for job in batch]
+            except Exception:  # a file could not be decoded after all: find it and keep the others
+                transcripts = [_or_report(job, lambda job=job: worker.run_batch([job])[0], report) for job in batch]
             for job, transcript in zip(batch, transcripts, strict=True):
                 finish(job, transcript)
             bar.update(sum(job.num_samples for job in batch) / worker.rate)
         for job in long:
-            finish(job, _or_report(lambda job=job: worker.run_long(job, bar.update), report))
+            finish(job, _or_report(job, lambda job=job: worker.run_long(job, bar.update), report))
     return in_order.done
 
 
-def _or_report(work: Callable[[], Transcript], report: Callable[[str], None]) -> Transcript | None:
-    """``work()``, or None after reporting the UserError it raised."""
+def _or_report(job: _Job, work: Callable[[], Transcript], report: Callable[[str], None]) -> Transcript | None:
+    """``work()``, or None after reporting what went wrong with ``job``'s file: its UserError, or, for an
+    unexpected error (a bug), one line naming the file and the error, so that one file never stops a batch."""
     try:
         return work()
     except UnusableModel:
         raise
     except UserError as err:
         report(str(err))
-        return None
+    except Exception as err:  # any failure on one file is that file's: the batch goes on
+        log.debug("transcribing %s failed", job.path, exc_info=True)
+        detail = first_line(err)
+        report(f"{printable(job.path)}: internal error ({type(err).__name__}: {detail}); please report it")
+    return None
 
 
 class _InOrder:

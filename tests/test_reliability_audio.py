@@ -609,3 +609,30 @@ def test_a_ten_hour_file_is_transcribed_with_bounded_memory(model, utts, tmp_pat
         assert start - 0.3 <= w["start"] <= end + 0.3 and w["end"] <= following + 0.3, (w, spans[k])
         found[k] = found.get(k, 0) + 1
     assert sorted(found) == list(range(len(spans)))  # every utterance heard, in its place
+
+
+@pytest.mark.parametrize("long", [False, True], ids=["batched", "long-form"])
+def test_an_unexpected_error_on_one_file_is_one_line_and_the_batch_goes_on(monkeypatch, capsys, model, utts, long):
+    # A bug that strikes one file (here: decoding raising on it) must cost that file only.
+    import importlib
+
+    victim, fine = utts[15], utts[16]
+    worker = importlib.import_module("srupp_asr.transcribe")._Transcriber  # the package exports a function so named
+    method = "run_long" if long else "run_batch"
+    original = getattr(worker, method)
+
+    def failing(self, jobs, *args):
+        if any(job.path == str(victim[0]) for job in (jobs if isinstance(jobs, list) else [jobs])):
+            raise RuntimeError("simulated bug\nwith a second line")
+        return original(self, jobs, *args)
+
+    monkeypatch.setattr(worker, method, failing)
+    args = ["transcribe", "--model", str(model), "--decoding", "ctc_greedy", str(victim[0]), str(fine[0])]
+    if long:  # every file goes through the chunked long-form path
+        args += ["--max-chunk-seconds", "0.5"]
+    code = main(args)
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert f"{fine[0]}\t" in out
+    errors = [line for line in err.splitlines() if line.startswith(ERROR_PREFIX)]
+    assert errors == [f"{ERROR_PREFIX}{victim[0]}: internal error (RuntimeError: simulated bug); please report it"]
