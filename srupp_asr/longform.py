@@ -76,7 +76,8 @@ def plan_chunks(
         stretch = _overlapping(pos, stop, max_samples, overlap_samples)
         chunks.extend(stretch)
         pos = stop
-    chunks.append(Chunk(pos, num_samples))
+    if pos < num_samples:  # (a stretch of overlapping chunks may already have reached the end)
+        chunks.append(Chunk(pos, num_samples))
     return chunks
 
 

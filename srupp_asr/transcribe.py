@@ -303,7 +303,7 @@ class _Transcriber:
 
         begin = time.perf_counter()
         with AudioReader(job.path) as reader:
-            chunks = [c for c in self.plan(reader) if c.end > c.start]  # the plan can end with an empty chunk
+            chunks = self.plan(reader)
             spans = [c.seconds(self.rate) for c in chunks]
             words, texts, end = [], [], 0
             for chunk, (start, _) in zip(chunks, spans, strict=True):

@@ -165,3 +165,11 @@ def test_merge_checks_its_arguments():
     assert merge_chunk_words([], []) == []
     with pytest.raises(ValueError):
         merge_chunk_words([(0, 1)], [])
+
+
+@pytest.mark.parametrize("silences", [[], [(40, 60)]], ids=["no silence", "silence early only"])
+def test_a_plan_ending_in_speech_has_no_empty_last_chunk(silences):
+    # No silence within reach of the end: the overlapping stretch reaches it, and nothing empty follows.
+    chunks = plan_chunks(1000, 300, 30, silences)
+    _covers(chunks, 1000)
+    assert all(c.end > c.start for c in chunks) and chunks[-1].end == 1000
