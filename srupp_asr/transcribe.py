@@ -44,6 +44,8 @@ from srupp_asr.writers import (
     Transcript,
     output_names,
     parse_formats,
+    printable,
+    printable_transcript,
     segment_words,
     to_json,
     transcript_text,
@@ -405,7 +407,7 @@ def transcribe(
     def finish(job: _Job, transcript: Transcript | None) -> None:
         if transcript is not None and output_dir is not None:
             try:
-                write_transcript(_printable_transcript(transcript), output_dir, job.name, formats)
+                write_transcript(transcript, output_dir, job.name, formats)
             except UserError as err:  # a full disk or a read-only folder: this file failed, the others go on
                 report(str(err))
                 transcript = None
@@ -503,33 +505,13 @@ def _check_settings(
 # ------------------------------------------------------------------------------------------ command line
 
 
-def printable(text: str) -> str:
-    """``text`` as it can be printed or written as UTF-8: the bytes of a file name that are not UTF-8 (which Python
-    holds as lone surrogates) become ``\\xNN``, as the one-line errors show them."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        pass
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:  # a lone surrogate that no file name decodes to
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _printable_transcript(transcript: Transcript) -> Transcript:
-    """``transcript`` with a path that can be written as UTF-8 (the transcript itself keeps the real name)."""
-    path = printable(transcript.path)
-    return transcript if path == transcript.path else dataclasses.replace(transcript, path=path)
-
-
 def _stdout_printer(fmt: str, several: bool) -> Callable[[Transcript], None]:
     """What prints each transcript when no --output-dir is given."""
     if not several:
-        return lambda t: print(WRITERS[fmt](_printable_transcript(t)), end="", flush=True)
+        return lambda t: print(WRITERS[fmt](printable_transcript(t)), end="", flush=True)
     if fmt == "txt":
         return lambda t: print(f"{printable(t.path)}\t{t.text}", flush=True)
-    return lambda t: print(to_json(_printable_transcript(t), indent=None), end="", flush=True)  # JSON lines
+    return lambda t: print(to_json(printable_transcript(t), indent=None), end="", flush=True)  # JSON lines
 
 
 def transcribe_command(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -213,6 +213,26 @@ def output_names(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     return names
 
 
+def printable(text: str) -> str:
+    """``text`` as it can be printed or written as UTF-8: the bytes of a file name that are not UTF-8 (which Python
+    holds as lone surrogates) become ``\\xNN``, as the one-line errors show them."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that no file name decodes to
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def printable_transcript(transcript: Transcript) -> Transcript:
+    """``transcript`` with a path that can be written as UTF-8 (the transcript itself keeps the real name)."""
+    path = printable(transcript.path)
+    return transcript if path == transcript.path else replace(transcript, path=path)
+
+
 def write_transcript(
     transcript: Transcript, out_dir: str | os.PathLike[str], name: str, formats: Sequence[str]
 ) -> list[Path]:
@@ -223,7 +243,7 @@ def write_transcript(
     for fmt in formats:
         path = Path(out_dir) / f"{name}.{fmt}"
         try:
-            atomic_write_text(path, WRITERS[fmt](transcript))
+            atomic_write_text(path, WRITERS[fmt](printable_transcript(transcript)))
         except OSError as err:
             kept = "the previous file is kept" if path.exists() else "nothing was written"
             raise UserError(f"{path}: cannot write ({err.strerror or err}); {kept}") from None

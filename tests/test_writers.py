@@ -165,3 +165,12 @@ def test_write_transcript_writes_each_format_atomically(tmp_path):
     assert (out / "talk.txt").read_text() == "hello big world\nagain\n"
     assert json.loads((out / "talk.json").read_text())["text"] == "hello big world again"
     assert sorted(os.listdir(out)) == ["talk.json", "talk.srt", "talk.txt"]  # no temporary files left behind
+
+
+def test_write_transcript_escapes_a_path_that_is_not_utf8(tmp_path):
+    # The Python API called directly (not only the CLI) with a file name holding a non-UTF-8 byte.
+    name = os.fsdecode(b"caf\xe9")
+    t = Transcript(f"/data/{name}.wav", 1.0, "hello", [Segment(0.0, 1.0, "hello")])
+    (path,) = write_transcript(t, tmp_path, name, ["json"])
+    assert path.name == f"{name}.json"  # the output keeps the raw name on disk
+    assert json.loads(path.read_text(encoding="utf-8"))["audio"] == "/data/caf\\xe9.wav"
