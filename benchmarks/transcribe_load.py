@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+from transcribe_memory import speak  # a sibling script: run from benchmarks/ or with it on sys.path
 
-from srupp_asr.audio import SAMPLE_RATE, load_audio
+from srupp_asr.audio import SAMPLE_RATE
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO / "exp" / "synth_en" / "model"
@@ -60,22 +61,6 @@ try:
 except kernels.BackendUnavailable:
     pass  # transcribe falls back to the PyTorch loop
 """
-
-
-def speak(folder: Path) -> list[tuple[np.ndarray, str]]:
-    """Each sentence as 16 kHz float32 samples with its text (noise bursts, text "", without espeak-ng)."""
-    espeak = shutil.which("espeak-ng")
-    spoken = []
-    for i, text in enumerate(SENTENCES):
-        if espeak:
-            path = folder / f"sentence{i}.wav"
-            subprocess.run([espeak, "-w", str(path), text], check=True, capture_output=True)
-            spoken.append((load_audio(path).numpy(), text))
-            path.unlink()
-        else:
-            noise = 0.1 * np.random.default_rng(i).standard_normal(int(0.07 * len(text) * SAMPLE_RATE))
-            spoken.append((noise.astype(np.float32), ""))
-    return spoken
 
 
 def make_files(folder: Path, count: int, spoken: list[tuple[np.ndarray, str]], seed: int = 0) -> tuple[dict, float]:
@@ -177,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
         audio_dir, out_dir = work / "audio", work / "out"
         audio_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(out_dir, ignore_errors=True)
-        texts, seconds = make_files(audio_dir, args.files, speak(work))
+        texts, seconds = make_files(audio_dir, args.files, speak(work, SENTENCES))
         # Build (or find) the CPU extension of the recurrence now, so that a first build is not timed.
         subprocess.run([sys.executable, "-c", WARM_UP], check=False)
         options = ["-q", "--model", str(model), "--device", "cpu", "--threads", str(args.threads)]

@@ -53,19 +53,29 @@ BASELINE_SECONDS = 5.0
 BLOCK_SECONDS = 60.0  # the recording is written this much at a time
 
 
-def speech_pattern(folder: Path) -> np.ndarray:
-    """One cycle of the recording: the sentences spoken by espeak-ng with pauses, 16 kHz (noise if no espeak)."""
+def speak(folder: Path, sentences: list[str]) -> list[tuple[np.ndarray, str]]:
+    """Each sentence spoken by espeak-ng as 16 kHz float32 samples, with its text; without espeak-ng, a Gaussian
+    noise burst about as long as the sentence would be, with the text "" (nothing can be recognised in it)."""
     espeak = shutil.which("espeak-ng")
-    parts = []
-    for i, text in enumerate(SENTENCES):
+    spoken = []
+    for i, text in enumerate(sentences):
         if espeak:
-            path = folder / f"s{i}.wav"
+            path = folder / f"sentence{i}.wav"
             subprocess.run([espeak, "-w", str(path), text], check=True, capture_output=True)
-            speech = load_audio(path).numpy()
+            spoken.append((load_audio(path).numpy(), text))
+            path.unlink()
         else:
-            speech = 0.1 * np.random.default_rng(i).standard_normal(int(0.3 * len(text) * SAMPLE_RATE))
+            noise = 0.1 * np.random.default_rng(i).standard_normal(int(0.07 * len(text) * SAMPLE_RATE))
+            spoken.append((noise.astype(np.float32), ""))
+    return spoken
+
+
+def speech_pattern(folder: Path) -> np.ndarray:
+    """One cycle of the recording: the sentences spoken with pauses, 16 kHz (noise bursts without espeak-ng)."""
+    parts = []
+    for i, (speech, _) in enumerate(speak(folder, SENTENCES)):
         pause = LONG_PAUSE if i % 3 == 2 else SHORT_PAUSE
-        parts += [speech.astype(np.float32), np.zeros(int(pause * SAMPLE_RATE), np.float32)]
+        parts += [speech, np.zeros(int(pause * SAMPLE_RATE), np.float32)]
     return np.concatenate(parts)
 
 

@@ -12,6 +12,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "transcribe_loa
 
 
 def _load_benchmark():
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(SCRIPT.parent))  # the script imports its sibling transcribe_memory
     spec = importlib.util.spec_from_file_location("transcribe_load", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -143,38 +143,7 @@ if runs 1; then
     srupp corpus prepare tedlium3 "$corpus_dir" "$manifests" --jobs "$nj"
 fi
 
-if runs 2; then
-  stage_speed_perturb 2 "$manifests" "$speed_perturb"
-fi
-
-if runs 3; then
-  stage_cmvn 3 "$manifests/${train_set}_cuts.jsonl.gz" "$data/cmvn.json" "$cmvn_max_cuts"
-fi
-
-if runs 4; then
-  stage_tokenizer 4 "$manifests/train_cuts.jsonl.gz" "$data/tokenizer.model" "$vocab_size" "$token_type"
-fi
-
-if runs 5; then
-  # shellcheck disable=SC2046,SC2086  # trainer_scale_options prints a word list, train_args is one
-  stage_train 5 "$config" "$manifests/${train_set}_cuts.jsonl.gz" "$manifests/dev_cuts.jsonl.gz" \
-    "$data/tokenizer.model" "$data/cmvn.json" "$exp" --data.speed_perturb null --data.audio_roots "[\"$corpus_dir\"]" \
-    $(trainer_scale_options "$devices" "$num_nodes") $train_args
-fi
-
-if runs 6; then
-  stage_average 6 "$exp" "$num_avg"
-fi
-
-if runs 7; then
-  # shellcheck disable=SC2086  # lm_args is a word list
-  stage_lm 7 "$use_lm" "$lm_dir" "$data/tokenizer.model" "$manifests/train_cuts.jsonl.gz" \
-    "$manifests/dev_cuts.jsonl.gz" "$lm_text" $lm_args
-fi
-
-if runs 8; then
-  stage_decode 8 "$exp" "$manifests" "$device" "$test_sets" "$decodings"
-fi
+corpus_stages_2_to_8
 
 if runs 9; then
   for set in $longform_sets; do
