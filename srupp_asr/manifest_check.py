@@ -75,7 +75,7 @@ class _Checker:
             return
         problem = self.cut(data, number)
         if problem is None:
-            problem = self.buildable(data)
+            problem = self.buildable(json.loads(raw))  # a fresh copy: lhotse pops keys from what it is given
         if problem is not None:
             name = data.get("id")
             self.problems.append((number, f"cut {name}: {problem}" if isinstance(name, str) else problem))
@@ -177,11 +177,11 @@ class _Checker:
 
     @staticmethod
     def buildable(data: dict[str, Any]) -> str | None:
-        """lhotse's own verdict: can it build a cut from this object (unknown or missing keys)?"""
+        """lhotse's own verdict: can it build a cut from this object (unknown or missing keys)? Consumes ``data``."""
         from lhotse.serialization import deserialize_item
 
         try:
-            deserialize_item(json.loads(json.dumps(data)))  # lhotse pops keys from what it is given
+            deserialize_item(data)
         except TypeError as err:
             text = first_line(err)
             if "unexpected keyword argument" in text:
