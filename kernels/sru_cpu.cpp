@@ -9,13 +9,58 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "sru_step.h"
 
 namespace {
 
-constexpr int64_t kBlock = 128;
+constexpr int64_t kBlock = 64;
+
+// Each step of a task reads a few cache lines from a new 4 KiB page (the next time step is
+// B * D columns away), where the hardware prefetchers do not follow; the loads of the step
+// kPrefetch ahead are requested explicitly so that memory latency overlaps the arithmetic.
+constexpr int64_t kPrefetch = 4;
+
+// The large outputs are written with non-temporal (streaming) stores where the vector ISA and the
+// alignment allow, from a small local buffer: the output's cache lines are then not read from
+// memory before being overwritten, which saves a third of the traffic of writing them.
+inline void store_stream(float* dst, const float* src, int64_t n) {
+#if defined(__AVX512F__)
+  if ((reinterpret_cast<uintptr_t>(dst) & 63) == 0 && n % 16 == 0) {
+    for (int64_t j = 0; j < n; j += 16) _mm512_stream_ps(dst + j, _mm512_loadu_ps(src + j));
+    return;
+  }
+#elif defined(__AVX__)
+  if ((reinterpret_cast<uintptr_t>(dst) & 31) == 0 && n % 8 == 0) {
+    for (int64_t j = 0; j < n; j += 8) _mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));
+    return;
+  }
+#endif
+  std::memcpy(dst, src, n * sizeof(float));
+}
+
+inline void store_stream(double* dst, const double* src, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(double));
+}
+
+// Streaming stores are weakly ordered: a fence makes them visible before the task returns.
+inline void store_fence() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_sfence();
+#endif
+}
+
+template <typename F>
+inline void prefetch(const F* p, int64_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t q = 0; q < n * (int64_t)sizeof(F); q += 64) __builtin_prefetch(c + q, 0, 0);
+}
 
 struct Task {
   int64_t b, col0, n;
@@ -39,7 +84,8 @@ void forward_impl(const F* u, const F* x, const F* wc, const F* bias, const F* c
                   bool bidirectional) {
   const auto tasks = make_tasks(B, D, bidirectional);
   at::parallel_for(0, (int64_t)tasks.size(), 1, [&](int64_t begin, int64_t end) {
-    F c[kBlock];
+    alignas(64) F c[kBlock];
+    alignas(64) F hb[kBlock];
     for (int64_t k = begin; k < end; ++k) {
       const Task& tk = tasks[k];
       const int64_t n = tk.n;
@@ -61,18 +107,24 @@ void forward_impl(const F* u, const F* x, const F* wc, const F* bias, const F* c
         }
         const F* up = u + off * 3;
         const F* xp = x + off;
+        if (s + kPrefetch < L) {
+          const int64_t ahead = ((tk.reverse ? t - kPrefetch : t + kPrefetch) * B + tk.b) * D + tk.col0;
+          prefetch(u + ahead * 3, 3 * n);
+          prefetch(x + ahead, n);
+        }
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) {
           F hv;
           c[j] = sru::forward_step<F>(up[3 * j], up[3 * j + 1], up[3 * j + 2], xp[j], v[j], vr[j],
                                       bf[j], br[j], c[j], &hv);
-          hp[j] = hv;
+          hb[j] = hv;
         }
-        if (cp)
-          for (int64_t j = 0; j < n; ++j) cp[j] = c[j];
+        store_stream(hp, hb, n);
+        if (cp) store_stream(cp, c, n);
       }
       for (int64_t j = 0; j < n; ++j) c_last[tk.b * D + tk.col0 + j] = c[j];
     }
+    store_fence();
   });
 }
 
@@ -84,6 +136,8 @@ void backward_impl(const F* u, const F* x, const F* wc, const F* bias, const F* 
   const auto tasks = make_tasks(B, D, bidirectional);
   at::parallel_for(0, (int64_t)tasks.size(), 1, [&](int64_t begin, int64_t end) {
     F gc[kBlock], c_init[kBlock], gv[kBlock], gvr[kBlock], gbf[kBlock], gbr[kBlock];
+    alignas(64) F gub[3 * kBlock];
+    alignas(64) F gxb[kBlock];
     for (int64_t k = begin; k < end; ++k) {
       const Task& tk = tasks[k];
       const int64_t n = tk.n;
@@ -112,17 +166,26 @@ void backward_impl(const F* u, const F* x, const F* wc, const F* bias, const F* 
         const F* up = u + off * 3;
         const F* xp = x + off;
         const F* ghp = grad_h + off;
+        if (s >= kPrefetch) {
+          const int64_t ahead = ((tk.reverse ? t + kPrefetch : t - kPrefetch) * B + tk.b) * D + tk.col0;
+          prefetch(u + ahead * 3, 3 * n);
+          prefetch(x + ahead, n);
+          prefetch(grad_h + ahead, n);
+          prefetch(c_all + ahead, n);
+        }
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) {
           sru::StepGrad<F> g;
           gc[j] = sru::backward_step<F>(up[3 * j], up[3 * j + 1], up[3 * j + 2], xp[j], v[j], vr[j],
                                         bf[j], br[j], cprev[j], cp[j], ghp[j], gc[j], &g, &gv[j],
                                         &gvr[j], &gbf[j], &gbr[j]);
-          gup[3 * j] = g.u0;
-          gup[3 * j + 1] = g.u1;
-          gup[3 * j + 2] = g.u2;
-          gxp[j] = g.x;
+          gub[3 * j] = g.u0;
+          gub[3 * j + 1] = g.u1;
+          gub[3 * j + 2] = g.u2;
+          gxb[j] = g.x;
         }
+        store_stream(gup, gub, 3 * n);
+        store_stream(gxp, gxb, n);
       }
       F* wp = wpart + tk.b * 4 * D + tk.col0;
       for (int64_t j = 0; j < n; ++j) {
@@ -133,6 +196,7 @@ void backward_impl(const F* u, const F* x, const F* wc, const F* bias, const F* 
         wp[3 * D + j] = gbr[j];
       }
     }
+    store_fence();
   });
 }
 
