@@ -6,6 +6,13 @@ A finished model is a directory that inference reads without unpickling anything
     MODEL_DIR/model.safetensors   the ASRModel state dict (CMVN stats included), keys without Lightning's prefix
     MODEL_DIR/tokenizer.model     the sentencepiece model the weights were trained with
 
+or, written with a shard size limit (``--max-shard-size``) that the weights exceed, the state dict split as Hugging
+Face splits it: ``model-00001-of-0000N.safetensors`` ... and ``model.safetensors.index.json`` (``{"metadata":
+{"total_size": bytes of tensor data}, "weight_map": {tensor: shard file}}``). With an index, every ``*.safetensors``
+file of the directory must be a shard it lists: a stray one is an error, not ignored, so a mixed-up copy is noticed.
+Floating weights may be stored as float16 or bfloat16 (``--dtype``; CMVN stats stay float32); loading casts them
+back into the float32 model.
+
 ``srupp-asr average --exp-dir EXP --num 10 --out MODEL_DIR`` averages the 10 best checkpoints of a run by the
 metric its ``ModelCheckpoint`` monitored, as ESPnet and WeNet do. A checkpoint's score is read from the callback
 state Lightning stores inside it (``best_k_models`` holds the file's own score at the moment it was written), never
@@ -17,13 +24,16 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import json
 import logging
 import math
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +43,7 @@ import yaml
 from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.checkpoints import load_checkpoint
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import atomic_output, atomic_write_text, read_yaml_mapping
+from srupp_asr.fileio import atomic_output, atomic_write_text, read_text, read_yaml_mapping
 from srupp_asr.model import ASRModel
 from srupp_asr.tokenizer import Tokenizer
 
@@ -42,6 +52,9 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"  # present instead of WEIGHTS_FILE when the weights are sharded
+SHARD_FILE = "model-{:05d}-of-{:05d}.safetensors"
+STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 TOKENIZER_FILE = "tokenizer.model"
 MODEL_PREFIX = "model."  # ASRLightningModule holds the network as ``self.model``
 MODES = ("min", "max")
@@ -373,7 +386,8 @@ def check_replaceable(out_dir: str | os.PathLike) -> None:
     out_dir = Path(out_dir)
     if not out_dir.exists():
         return
-    is_model = (out_dir / CONFIG_FILE).is_file() and (out_dir / WEIGHTS_FILE).is_file()
+    has_weights = (out_dir / WEIGHTS_FILE).is_file() or (out_dir / WEIGHTS_INDEX_FILE).is_file()
+    is_model = (out_dir / CONFIG_FILE).is_file() and has_weights
     if not out_dir.is_dir() or not (is_model or not any(out_dir.iterdir())):
         raise UserError(f"{out_dir}: exists and is not a srupp-asr model directory; refusing to replace it")
 
@@ -391,9 +405,12 @@ def export_model(
     tokenizer_path: str | os.PathLike,
     out_dir: str | os.PathLike,
     source: Mapping[str, Any] | None = None,
+    dtype: torch.dtype = torch.float32,
+    max_shard_bytes: int | None = None,
 ) -> Path:
     """Write a model directory (config.yaml, model.safetensors, tokenizer.model) atomically; ``source`` (optional)
-    records where the weights came from. An existing model directory at ``out_dir`` is replaced."""
+    records where the weights came from. An existing model directory at ``out_dir`` is replaced. Floating weights
+    are stored in ``dtype`` (CMVN stats keep float32); ``max_shard_bytes`` splits them (see :func:`write_model_dir`)."""
     out_dir, tokenizer_path = Path(out_dir), Path(tokenizer_path)
     tokenizer = Tokenizer(tokenizer_path)
     if tokenizer.vocab_size != model_config.get("vocab_size"):
@@ -409,7 +426,20 @@ def export_model(
     config: dict[str, Any] = {"format_version": FORMAT_VERSION, "sample_rate": SAMPLE_RATE, "model": model.config}
     if source:
         config["source"] = dict(source)
-    return write_model_dir(out_dir, config, weights, tokenizer_path)
+    return write_model_dir(out_dir, config, _cast_for_storage(weights, dtype, out_dir), tokenizer_path, max_shard_bytes)
+
+
+def _cast_for_storage(
+    weights: Mapping[str, torch.Tensor], dtype: torch.dtype, out_dir: Path
+) -> dict[str, torch.Tensor]:
+    """``weights`` with their floating tensors in ``dtype``; CMVN stats and integer buffers keep their own dtype."""
+    if dtype not in STORAGE_DTYPES.values():
+        raise ValueError(f"storage dtype must be one of {', '.join(STORAGE_DTYPES)}, got {dtype}")
+    stored = {k: v.to(dtype) if v.is_floating_point() and not _is_cmvn(k) else v for k, v in weights.items()}
+    for key, value in stored.items():
+        if value is not weights[key] and value.isinf().any() and not weights[key].isinf().any():
+            raise UserError(f"{out_dir}: {key} has values beyond the range of {dtype} (store as bfloat16 or float32)")
+    return stored
 
 
 def write_model_dir(
@@ -417,19 +447,20 @@ def write_model_dir(
     config: Mapping[str, Any],
     weights: Mapping[str, torch.Tensor],
     tokenizer_path: str | os.PathLike,
+    max_shard_bytes: int | None = None,
 ) -> Path:
     """Write ``config.yaml``, ``model.safetensors`` and a copy of the tokenizer as the directory ``out_dir``, all or
-    nothing: the files go to a hidden sibling that replaces ``out_dir`` (an empty or model directory) at the end."""
-    from safetensors.torch import save_file
-
+    nothing: the files go to a hidden sibling that replaces ``out_dir`` (an empty or model directory) at the end.
+    Weights that would make a file larger than ``max_shard_bytes`` are written as shards of at most that size with
+    an index (:data:`SHARD_FILE`, :data:`WEIGHTS_INDEX_FILE`); a single tensor too big for one is a UserError."""
     out_dir = Path(out_dir)
     check_replaceable(out_dir)
+    shards = _pack_shards(weights, max_shard_bytes, out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = _new_sibling_dir(out_dir, "tmp")
     try:
         atomic_write_text(tmp / CONFIG_FILE, yaml.safe_dump(dict(config), sort_keys=False))
-        with atomic_output(tmp / WEIGHTS_FILE) as path:
-            save_file(dict(weights), path, metadata={"format_version": str(FORMAT_VERSION)})
+        _write_weights(tmp, shards)
         with atomic_output(tmp / TOKENIZER_FILE) as path:
             shutil.copyfile(tokenizer_path, path)
         _swap_in(tmp, out_dir)
@@ -439,16 +470,59 @@ def write_model_dir(
     return out_dir
 
 
-def read_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file (no pickle); a missing or unreadable file is a one-line UserError."""
-    from safetensors.torch import load_file
+_SAFETENSORS_METADATA = {"format_version": str(FORMAT_VERSION)}
+# What a safetensors file holds besides its tensors' data, at most: the header length, the header's braces and
+# metadata, and the spaces padding the header to 8 bytes.
+_FILE_OVERHEAD = 8 + 2 + len(json.dumps({"__metadata__": _SAFETENSORS_METADATA})) + 7
 
-    if not Path(path).is_file():
-        raise UserError(f"{path}: not found (a model directory holds its weights)")
-    try:
-        return load_file(path)
-    except Exception as err:  # safetensors reports a bad header, truncation or a bad dtype with its own error types
-        raise UserError(f"{path}: not a readable safetensors file ({first_line(err)})") from None
+
+def _stored_bytes(name: str, tensor: torch.Tensor) -> int:
+    """At most what ``tensor`` adds to a safetensors file: its data and its header entry (here with the longest
+    dtype name, 20-digit offsets, json.dumps' spaces and braces, which count for more than the comma it needs)."""
+    entry = {name: {"dtype": "F8_E4M3FNUZ", "shape": list(tensor.shape), "data_offsets": [2**64, 2**64]}}
+    return tensor.nbytes + len(json.dumps(entry))
+
+
+def _pack_shards(
+    weights: Mapping[str, torch.Tensor], max_bytes: int | None, out_dir: Path
+) -> list[dict[str, torch.Tensor]]:
+    """``weights``, in order, cut into consecutive groups that each make a safetensors file of at most
+    ``max_bytes`` (one group when they all fit or there is no limit)."""
+    if max_bytes is None:
+        return [dict(weights)]
+    budget = max_bytes - _FILE_OVERHEAD
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    used = 0
+    for name, tensor in weights.items():
+        cost = _stored_bytes(name, tensor)
+        if cost > budget:
+            raise UserError(
+                f"{out_dir}: tensor {name} takes {tensor.nbytes} bytes, more than fits in a shard of {max_bytes} bytes"
+            )
+        if used + cost > budget:
+            shards.append({})
+            used = 0
+        shards[-1][name] = tensor
+        used += cost
+    return shards
+
+
+def _write_weights(folder: Path, shards: Sequence[Mapping[str, torch.Tensor]]) -> None:
+    """``folder/model.safetensors`` for one group of tensors; numbered shards and their index for several."""
+    from safetensors.torch import save_file
+
+    if len(shards) == 1:
+        names = [WEIGHTS_FILE]
+    else:
+        names = [SHARD_FILE.format(i, len(shards)) for i in range(1, len(shards) + 1)]
+    for name, shard in zip(names, shards, strict=True):
+        with atomic_output(folder / name) as path:
+            save_file(dict(shard), path, metadata=_SAFETENSORS_METADATA)
+    if len(shards) > 1:
+        weight_map = {key: name for name, shard in zip(names, shards, strict=True) for key in shard}
+        total = sum(t.nbytes for shard in shards for t in shard.values())
+        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+        atomic_write_text(folder / WEIGHTS_INDEX_FILE, json.dumps(index, indent=2) + "\n")
 
 
 def _swap_in(new: Path, target: Path) -> None:
@@ -494,7 +568,7 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
     if not model_dir.is_dir():
         raise UserError(f"{model_dir}: model directory not found")
     check_no_pickles(model_dir)
-    config_path, weights_path, tokenizer_path = (model_dir / n for n in (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE))
+    config_path, tokenizer_path = model_dir / CONFIG_FILE, model_dir / TOKENIZER_FILE
     config = read_model_config(model_dir)
     tokenizer = None
 
@@ -507,7 +581,7 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
             detail = f"tokenizer has {tokenizer.vocab_size} pieces, {CONFIG_FILE} says vocab_size {skeleton.vocab_size}"
             raise UserError(f"{tokenizer_path}: {detail}")
 
-    model = build_with_weights(lambda: ASRModel(**config["model"]), config_path, weights_path, "model", check_tokenizer)
+    model = build_with_weights(lambda: ASRModel(**config["model"]), config_path, model_dir, "model", check_tokenizer)
     return model.to(device).eval(), tokenizer
 
 
@@ -518,11 +592,13 @@ _PICKLE_MAGIC = (b"PK\x03\x04", *(bytes([0x80, protocol]) for protocol in range(
 
 def check_no_pickles(folder: Path, parsed: Sequence[str] = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)) -> None:
     """Refuse a model (or LM) directory holding a file that could be a pickle, by name or by its first bytes:
-    a directory from a stranger must not suggest that anything in it is to be unpickled. ``parsed`` files are
-    read by their own safe parsers and not sniffed (a safetensors header length can begin with 0x80)."""
+    a directory from a stranger must not suggest that anything in it is to be unpickled. ``parsed`` files, the
+    weights index and the shards it lists are read by their own safe parsers and not sniffed (a safetensors header
+    length can begin with 0x80)."""
+    skipped = {*parsed, WEIGHTS_INDEX_FILE, *(shard.name for shard in weight_files(folder).shards)}
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         path = folder / entry.name
-        if entry.name in parsed or not entry.is_file():
+        if entry.name in skipped or not entry.is_file():
             continue
         by_name = path.suffix.lower() in PICKLE_SUFFIXES
         try:
@@ -533,33 +609,126 @@ def check_no_pickles(folder: Path, parsed: Sequence[str] = (CONFIG_FILE, WEIGHTS
         if by_name or head.startswith(_PICKLE_MAGIC):
             raise UserError(
                 f"{path}: a pickle file in a model directory is refused (model directories hold config.yaml,"
-                " model.safetensors and tokenizer.model only; pickles can run code when loaded)"
+                " safetensors weights and tokenizer.model only; pickles can run code when loaded)"
             )
 
 
-def read_weight_shapes(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The tensors a safetensors file declares, as meta tensors of their shapes (reads the header only)."""
-    from safetensors import safe_open
+@dataclass(frozen=True)
+class WeightFiles:
+    """Where a model directory keeps its weights."""
 
-    if not Path(path).is_file():
+    path: Path  # model.safetensors, or the index of the shards: the file that errors about the weights name
+    shards: dict[Path, frozenset[str]]  # each shard with the tensors the index puts in it; empty for a single file
+    total_size: int | None  # the index's total bytes of tensor data
+
+
+# A shard is a file of the model directory itself: no separators, no "..", no hidden file.
+_SHARD_NAME = re.compile(r"\w[\w.-]*\.safetensors")
+
+
+def weight_files(path: str | os.PathLike) -> WeightFiles:
+    """The weights files of a model directory (``path`` may also be one safetensors file or an index): the single
+    model.safetensors, or the shards its index lists. The index is checked: JSON of the Hugging Face layout,
+    shards that are files of this directory and exist, and no ``*.safetensors`` file it does not list."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / WEIGHTS_INDEX_FILE if (path / WEIGHTS_INDEX_FILE).exists() else path / WEIGHTS_FILE
+    if path.name != WEIGHTS_INDEX_FILE:
+        return WeightFiles(path, {}, None)
+    try:
+        index = json.loads(read_text(path, "weights index"))
+    except (ValueError, RecursionError) as err:
+        raise UserError(f"{path}: not valid JSON ({first_line(err)})") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    metadata = index.get("metadata") if isinstance(index, dict) else None
+    total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
+    if (
+        not isinstance(weight_map, dict)
+        or not all(isinstance(f, str) for f in weight_map.values())
+        or type(total_size) is not int
+    ):
+        layout = '{"metadata": {"total_size": N}, "weight_map": {tensor: file}}'
+        raise UserError(f"{path}: not a safetensors weights index (expected {layout})")
+    names: dict[str, set[str]] = {}
+    for tensor, file in weight_map.items():
+        if not _SHARD_NAME.fullmatch(file):
+            raise UserError(f"{path}: maps {tensor} to {file!r}, not a .safetensors file of this directory")
+        names.setdefault(file, set()).add(tensor)
+    folder = path.parent
+    for file in sorted(names):
+        if not (folder / file).is_file():
+            raise UserError(f"{folder / file}: not found ({path.name} lists it)")
+    for stray in sorted(folder.glob("*.safetensors")):
+        if stray.name not in names:
+            raise UserError(f"{stray}: a weights file that {path.name} does not list (remove one of them)")
+    shards = {folder / file: frozenset(tensors) for file, tensors in sorted(names.items())}
+    return WeightFiles(path, shards, total_size)
+
+
+def _read_weights(path: str | os.PathLike, shapes_only: bool) -> dict[str, torch.Tensor]:
+    """The tensors of a model directory's weights files (:func:`weight_files`), or with ``shapes_only`` meta
+    tensors of their shapes and stored dtypes (headers only); shards are checked against their index."""
+    files = weight_files(path)
+    if not files.shards:
+        return _read_safetensors(files.path, shapes_only)
+    tensors: dict[str, torch.Tensor] = {}
+    for shard, expected in files.shards.items():
+        found = _read_safetensors(shard, shapes_only)
+        absent, extra = sorted(expected - found.keys()), sorted(found.keys() - expected)
+        if absent:
+            raise UserError(f"{shard}: has no tensor {absent[0]} ({files.path.name} puts it there)")
+        if extra:
+            elsewhere = next((s.name for s, names in files.shards.items() if extra[0] in names), None)
+            where = f"which {files.path.name} puts in {elsewhere}" if elsewhere else f"not in {files.path.name}"
+            raise UserError(f"{shard}: holds tensor {extra[0]}, {where}")
+        tensors.update(found)
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    if total != files.total_size:
+        raise UserError(f"{files.path}: total_size is {files.total_size}, the shards hold {total} bytes of tensors")
+    return tensors
+
+
+def _read_safetensors(path: Path, shapes_only: bool) -> dict[str, torch.Tensor]:
+    """The tensors of one safetensors file, or meta tensors of their shapes and dtypes (no pickle)."""
+    from safetensors import safe_open
+    from safetensors.torch import _getdtype  # safetensors' own table of its dtype names
+
+    if not path.is_file():
         raise UserError(f"{path}: not found (a model directory holds its weights)")
     try:
         with safe_open(path, framework="pt") as f:
-            return {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in f.keys()}  # noqa: SIM118
+            if not shapes_only:
+                return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+            slices = {k: f.get_slice(k) for k in f.keys()}  # noqa: SIM118
+            return {
+                k: torch.empty(s.get_shape(), dtype=_getdtype(s.get_dtype()), device="meta") for k, s in slices.items()
+            }
     except Exception as err:  # safetensors reports a bad header, truncation or a bad dtype with its own error types
         raise UserError(f"{path}: not a readable safetensors file ({first_line(err)})") from None
+
+
+def read_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors of a model directory, single file or shards (or of one safetensors file), as stored; no pickle."""
+    return _read_weights(path, shapes_only=False)
+
+
+def read_weight_shapes(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors :func:`read_weights` would return, as meta tensors of their shapes (reads the headers only)."""
+    return _read_weights(path, shapes_only=True)
 
 
 def build_with_weights(
     make: Callable[[], torch.nn.Module],
     config_path: Path,
-    weights_path: Path,
+    weights: Path,
     what: str,
     check: Callable[[torch.nn.Module], None] | None = None,
 ) -> torch.nn.Module:
-    """``make()`` with the weights of ``weights_path``, checked before anything big is allocated: the module is
-    first built on the meta device (no memory) and compared with the safetensors header, so a config asking for
-    a huge network fails on the shapes instead of exhausting memory. ``check(skeleton)`` runs in between."""
+    """``make()`` with the weights of ``weights`` (a model directory, or one safetensors file), checked before
+    anything big is allocated: the module is first built on the meta device (no memory) and compared with the
+    safetensors headers by shape (a float16 or bfloat16 copy of float32 weights is fine: loading casts it), so a
+    config asking for a huge network fails on the shapes instead of exhausting memory. ``check(skeleton)`` runs in
+    between."""
     try:
         with torch.device("meta"):
             skeleton = make()
@@ -567,11 +736,11 @@ def build_with_weights(
         raise UserError(f"{config_path}: bad {what} settings ({first_line(err)})") from None
     if check is not None:
         check(skeleton)
-    problem = weights_problem(skeleton, read_weight_shapes(weights_path))
+    problem = weights_problem(skeleton, read_weight_shapes(weights))
     if problem:
-        raise UserError(f"{weights_path}: {problem}")
+        raise UserError(f"{weight_files(weights).path}: {problem}")
     module = make()
-    module.load_state_dict(read_weights(weights_path), strict=True)
+    module.load_state_dict(read_weights(weights), strict=True)
     return module
 
 
@@ -592,8 +761,27 @@ def _checkpoint_folder(exp_dir: Path) -> Path:
     raise UserError(f"{exp_dir}: no checkpoints (no {folder.name}/ folder, no *.ckpt files)")
 
 
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([a-z]*)\s*", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_size(text: str, name: str = "size") -> int:
+    """Bytes of a size such as ``15MiB``, ``500KB``, ``1.5GB`` or ``1000000``; anything else is a UserError that
+    names the option ``name``."""
+    match = _SIZE.fullmatch(text)
+    unit = _SIZE_UNITS.get(match[2].lower()) if match else None
+    try:
+        size = int(Decimal(match[1]) * unit) if unit else 0
+    except InvalidOperation:
+        size = 0
+    if size < 1:
+        raise UserError(f"{name}: {text!r} is not a size (examples: 15MiB, 500KB, 1000000 bytes)")
+    return size
+
+
 def average_command(args: argparse.Namespace) -> int:
     """``srupp-asr average``: average the best checkpoints of a run and export them as a model directory."""
+    max_shard_bytes = parse_size(args.max_shard_size, "--max-shard-size") if args.max_shard_size else None
     check_replaceable(args.out)  # before the work, not after it
     ckpts = args.ckpts if args.ckpts else _checkpoint_folder(Path(args.exp_dir))
     selection = select(ckpts, args.num, args.metric, args.mode, args.include_last)
@@ -604,13 +792,14 @@ def average_command(args: argparse.Namespace) -> int:
     if selection.metric:
         source.update(metric=selection.metric, mode=selection.mode)
         source["scores"] = [c.score for c in selection.checkpoints]
-    out = export_model(weights, config, tokenizer, args.out, source=source)
+    dtype = STORAGE_DTYPES[args.dtype]
+    out = export_model(weights, config, tokenizer, args.out, source, dtype=dtype, max_shard_bytes=max_shard_bytes)
     ranked = f" (best by {selection.metric}, {selection.mode})" if selection.metric else ""
     print(f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''}{ranked}:")
     for c in selection.checkpoints:
         score = f"{selection.metric}={c.score:.4f}" if c.score is not None else "(last)" if c.is_last else ""
         print(f"  {c.path}  step {c.step}  {score}".rstrip())
-    print(f"wrote {out} ({CONFIG_FILE}, {WEIGHTS_FILE}, {TOKENIZER_FILE})")
+    print(f"wrote {out} ({', '.join(sorted(p.name for p in out.iterdir()))})")
     return 0
 
 
@@ -627,6 +816,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--mode", choices=MODES, help="min or max is best (default: the run's checkpoint mode)")
     p.add_argument("--include-last", action="store_true", help="average last.ckpt (the final weights) as well")
     p.add_argument("--tokenizer", metavar="MODEL", help="tokenizer to ship (default: the one the run used)")
+    p.add_argument(
+        "--dtype",
+        choices=list(STORAGE_DTYPES),
+        default="float32",
+        help="store the floating weights in this type, CMVN stats excepted (default float32; loading casts back)",
+    )
+    p.add_argument(
+        "--max-shard-size",
+        metavar="SIZE",
+        help="split the weights into safetensors shards of at most SIZE (15MiB, 500KB, bytes) plus an index"
+        " when they exceed it (default: one model.safetensors)",
+    )
     p.add_argument("--out", required=True, metavar="MODEL_DIR", help="model directory to write (replaced if it exists)")
     p.set_defaults(func=average_command)
     return p

@@ -10,7 +10,7 @@ as the whole-sentence forward.
 An LM directory is written like a model directory (:func:`srupp_asr.export.write_model_dir`), nothing pickled::
 
     LM_DIR/config.yaml         format_version and ``lm:`` (the SRUppLM constructor arguments)
-    LM_DIR/model.safetensors   the SRUppLM state dict
+    LM_DIR/model.safetensors   the SRUppLM state dict (or its shards and their index, as a model directory's)
     LM_DIR/tokenizer.model     the tokenizer it was trained with (must be the ASR model's)
 
 Training is :mod:`srupp_asr.lm_train` (``srupp-asr train-lm``).
@@ -32,7 +32,6 @@ from srupp_asr.export import (
     CONFIG_FILE,
     FORMAT_VERSION,
     TOKENIZER_FILE,
-    WEIGHTS_FILE,
     build_with_weights,
     check_no_pickles,
     write_model_dir,
@@ -171,7 +170,7 @@ def load_lm(lm_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tu
                 f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, the LM {skeleton.vocab_size}"
             )
 
-    model = build_with_weights(lambda: SRUppLM(**data["lm"]), config_path, lm_dir / WEIGHTS_FILE, "LM", check_tokenizer)
+    model = build_with_weights(lambda: SRUppLM(**data["lm"]), config_path, lm_dir, "LM", check_tokenizer)
     return model.to(device).eval(), tokenizer
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import pickle
 import shutil
 from pathlib import Path
@@ -20,6 +21,9 @@ from srupp_asr.export import (
     export_model,
     load_model,
     model_config_from_checkpoint,
+    parse_size,
+    read_weight_shapes,
+    read_weights,
     select,
     select_checkpoints,
 )
@@ -440,3 +444,129 @@ def test_average_command_on_an_empty_directory_exits_2_with_one_line(tmp_path, c
     err = capsys.readouterr().err
     assert err == f"srupp-asr average: error: {tmp_path / 'exp' / 'checkpoints'}: no checkpoints (*.ckpt) found\n"
     assert not (tmp_path / "model").exists()
+
+
+# ------------------------------------------------------------------------------------------ shards and storage dtype
+
+SHARD_LIMIT = 24_000  # the tiny model's weights are ~75 kB, its largest tensor 19.5 kB: 4 shards
+
+
+def outputs(model: ASRModel) -> tuple[torch.Tensor, torch.Tensor]:
+    """The encoder output and CTC log-probabilities of ``model`` on a fixed pair of noise clips."""
+    audio = 0.1 * torch.randn(2, 8000, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        enc, _ = model.eval().encode(audio, torch.tensor([8000, 6000]))
+        return enc, model.ctc_log_probs(enc)
+
+
+def test_sharded_weights_respect_the_limit_and_load_as_the_single_file(tmp_path, tokenizer, model_dir):
+    model = seeded_model(0, tokenizer.vocab_size)
+    sharded = export_model(
+        model.state_dict(), model.config, tokenizer.path, tmp_path / "sharded", max_shard_bytes=SHARD_LIMIT
+    )
+    shards = [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
+    names = ["config.yaml", *shards, "model.safetensors.index.json", "tokenizer.model"]
+    assert sorted(p.name for p in sharded.iterdir()) == names
+    assert all((sharded / name).stat().st_size <= SHARD_LIMIT for name in shards)
+    index = json.loads((sharded / "model.safetensors.index.json").read_text())
+    weights = model.state_dict()
+    assert index["metadata"]["total_size"] == sum(v.nbytes for v in weights.values())
+    assert set(index["weight_map"]) == set(weights) and set(index["weight_map"].values()) == set(shards)
+    for name in shards:
+        assert set(load_file(sharded / name)) == {k for k, f in index["weight_map"].items() if f == name}
+
+    assert all(torch.equal(read_weights(sharded)[k], weights[k]) for k in weights)
+    assert {k: v.shape for k, v in read_weight_shapes(sharded).items()} == {k: v.shape for k, v in weights.items()}
+    from_shards, from_file = outputs(load_model(sharded)[0]), outputs(load_model(model_dir)[0])
+    assert all(torch.equal(a, b) for a, b in zip(from_shards, from_file, strict=True))
+
+
+def test_weights_within_the_limit_stay_one_model_safetensors(tmp_path, tokenizer, model_dir):
+    model = seeded_model(0, tokenizer.vocab_size)
+    out = export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "fits", max_shard_bytes=10**6)
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "model.safetensors", "tokenizer.model"]
+    assert (out / "model.safetensors").read_bytes() == (model_dir / "model.safetensors").read_bytes()
+
+
+def test_a_tensor_bigger_than_the_shard_limit_is_a_one_line_error(tmp_path, tokenizer):
+    model = seeded_model(0, tokenizer.vocab_size)
+    with pytest.raises(UserError) as err:
+        export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "model", max_shard_bytes=10_000)
+    assert str(err.value) == (
+        f"{tmp_path / 'model'}: tensor subsampling.out.weight takes 19456 bytes, more than fits in a shard of 10000"
+        " bytes"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing written, no temporary directory left
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_storage_halves_the_files_and_loads_the_rounded_weights(tmp_path, tokenizer, model_dir, dtype):
+    model = seeded_model(0, tokenizer.vocab_size, **TINY_CONFORMER)
+    weights = model.state_dict()
+    out = export_model(weights, model.config, tokenizer.path, tmp_path / "half", dtype=dtype)
+    full = export_model(weights, model.config, tokenizer.path, tmp_path / "full")
+    stored = load_file(out / "model.safetensors")
+    halved = 0
+    for key, value in stored.items():
+        kept = key.startswith("cmvn.") or not weights[key].is_floating_point()
+        assert value.dtype == (weights[key].dtype if kept else dtype), key
+        halved += 0 if kept else value.nbytes
+    assert sum(v.nbytes for v in stored.values()) + halved == sum(v.nbytes for v in weights.values())
+    size, full_size = (out / "model.safetensors").stat().st_size, (full / "model.safetensors").stat().st_size
+    assert size < 0.6 * full_size  # half the data; the tiny model's header (74 names) is a tenth of the file
+
+    loaded, _ = load_model(out)
+    rounded = {k: v.to(stored[k].dtype).to(v.dtype) for k, v in weights.items()}
+    for key, value in loaded.state_dict().items():
+        assert value.dtype == weights[key].dtype and torch.equal(value, rounded[key]), key
+    reference = ASRModel(**model.config)
+    reference.load_state_dict(rounded)
+    assert all(torch.equal(a, b) for a, b in zip(outputs(loaded), outputs(reference), strict=True))
+    # and near the float32 model's, by the storage type's precision
+    tolerance = {torch.float16: 1e-2, torch.bfloat16: 5e-2}[dtype]
+    for a, b in zip(outputs(loaded), outputs(model), strict=True):
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
+
+
+def test_float16_refuses_weights_beyond_its_range(tmp_path, tokenizer):
+    model = seeded_model(0, tokenizer.vocab_size)
+    weights = {**model.state_dict(), "ctc.bias": torch.full_like(model.ctc.bias, 1e5)}
+    with pytest.raises(UserError, match=r"model: ctc\.bias has values beyond the range of torch\.float16 \(store as"):
+        export_model(weights, model.config, tokenizer.path, tmp_path / "model", dtype=torch.float16)
+    out = export_model(weights, model.config, tokenizer.path, tmp_path / "model", dtype=torch.bfloat16)
+    assert load_model(out)[0].ctc.bias[0].item() == pytest.approx(1e5, rel=2**-8)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("15MiB", 15 * 2**20), ("500KB", 500_000), ("1.5 GiB", 3 * 2**29), ("4096", 4096)]
+)
+def test_sizes_take_decimal_and_binary_units(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["15XB", "MiB", "-3", "0", "1e6", ""])
+def test_a_bad_size_is_a_one_line_error(text):
+    with pytest.raises(UserError, match=rf"^--max-shard-size: '{text}' is not a size \(examples: 15MiB"):
+        parse_size(text, "--max-shard-size")
+
+
+def test_average_command_writes_float16_shards(tmp_path, tokenizer, capsys):
+    models = [seeded_model(seed, tokenizer.vocab_size) for seed in range(2)]
+    ckpts = [write_checkpoint(tmp_path / f"{i}.ckpt", m, i, {f"{i}.ckpt": 1.0}) for i, m in enumerate(models)]
+    out = tmp_path / "model"
+    common = ["average", "--ckpts", *map(str, ckpts), "--tokenizer", str(tokenizer.path), "--out", str(out)]
+    assert main([*common, "--max-shard-size", "15kB", "--dtype", "float16"]) == 0
+    files = sorted(p.name for p in out.iterdir())
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {out} ({', '.join(files)})"
+    shards = [name for name in files if name.startswith("model-")]
+    assert len(shards) > 2 and "model.safetensors.index.json" in files
+    assert all((out / name).stat().st_size <= 15_000 for name in shards)
+    model, _ = load_model(out)
+    expected = average_checkpoints(ckpts)["model.ctc.weight"].half().float()
+    assert torch.equal(model.ctc.weight.detach(), expected)
+
+    assert main([*common, "--max-shard-size", "15XB"]) == 2
+    assert capsys.readouterr().err == (
+        "srupp-asr average: error: --max-shard-size: '15XB' is not a size (examples: 15MiB, 500KB, 1000000 bytes)\n"
+    )
+    assert files == sorted(p.name for p in out.iterdir())  # the model directory is untouched

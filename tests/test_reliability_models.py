@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -16,7 +18,14 @@ import pytest
 import yaml
 
 from srupp_asr.errors import UserError
-from srupp_asr.export import export_model, load_model
+from srupp_asr.export import (
+    check_no_pickles,
+    export_model,
+    load_model,
+    read_weight_shapes,
+    read_weights,
+    write_model_dir,
+)
 from srupp_asr.lm import SRUppLM, load_lm, save_lm
 from tests.test_export import seeded_model, tokenizer  # noqa: F401 (fixture)
 
@@ -139,7 +148,7 @@ def test_transcribe_with_a_booby_trapped_model_exits_2_with_one_line(model_dir, 
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         f"srupp-asr transcribe: error: {model_dir / 'optimizer.pt'}: a pickle file in a model directory is refused"
-        " (model directories hold config.yaml, model.safetensors and tokenizer.model only; pickles can run code"
+        " (model directories hold config.yaml, safetensors weights and tokenizer.model only; pickles can run code"
         " when loaded)"
     ]
     assert not marker.exists()
@@ -153,3 +162,127 @@ def test_a_pickle_in_an_lm_directory_is_refused(tmp_path, tokenizer):
     with pytest.raises(UserError, match=r"state\.pickle: a pickle file in a model directory is refused"):
         load_lm(lm_dir)
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------------------------------ sharded weights
+
+INDEX = "model.safetensors.index.json"
+SHARDS = [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
+
+
+@pytest.fixture
+def sharded_dir(tmp_path, tokenizer) -> Path:
+    model = seeded_model(0, tokenizer.vocab_size)
+    out = export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "model", max_shard_bytes=24_000)
+    assert sorted(p.name for p in out.glob("model-*")) == SHARDS
+    return out
+
+
+def _edit_index(folder: Path, edit) -> None:
+    index = json.loads((folder / INDEX).read_text())
+    edit(index)
+    (folder / INDEX).write_text(json.dumps(index))
+
+
+def _first_tensor(folder: Path, shard: str) -> str:
+    return next(k for k, f in json.loads((folder / INDEX).read_text())["weight_map"].items() if f == shard)
+
+
+def _copy_tensor_into_second_shard(folder: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    name = _first_tensor(folder, SHARDS[0])
+    second = load_file(folder / SHARDS[1])
+    save_file({**second, name: load_file(folder / SHARDS[0])[name]}, folder / SHARDS[1])
+
+
+NOT_AN_INDEX = r"not a safetensors weights index \(expected \{\"metadata\": \{\"total_size\": N\}"
+OUTSIDE = r"maps \S+ to '{}', not a \.safetensors file of this directory$"
+HOSTILE_INDEXES = {
+    "not JSON": (lambda d: (d / INDEX).write_text('{"weight_map": '), INDEX, r"not valid JSON \("),
+    "not UTF-8": (lambda d: (d / INDEX).write_bytes(b"\xff\xfe{}"), INDEX, r"weights index is not UTF-8 text"),
+    "deeply nested": (lambda d: (d / INDEX).write_text("[" * 100_000), INDEX, r"not valid JSON \("),
+    "a list": (lambda d: (d / INDEX).write_text("[]"), INDEX, NOT_AN_INDEX),
+    "no total_size": (lambda d: _edit_index(d, lambda i: i.pop("metadata")), INDEX, NOT_AN_INDEX),
+    "total_size a string": (
+        lambda d: _edit_index(d, lambda i: i["metadata"].update(total_size="74532")),
+        INDEX,
+        NOT_AN_INDEX,
+    ),
+    "file not a string": (
+        lambda d: _edit_index(d, lambda i: i["weight_map"].update({"ctc.weight": 1})),
+        INDEX,
+        NOT_AN_INDEX,
+    ),
+    **{
+        f"file {file}": (
+            lambda d, file=file: _edit_index(d, lambda i: i["weight_map"].update({"ctc.weight": file})),
+            INDEX,
+            OUTSIDE.format(re.escape(file)),
+        )
+        for file in ("../model.safetensors", "/etc/passwd.safetensors", "sub/model.safetensors", "evil.pkl", "..")
+    },
+    "shard missing": (lambda d: (d / SHARDS[2]).unlink(), SHARDS[2], rf"not found \({INDEX} lists it\)$"),
+    "tensor absent from its shard": (
+        lambda d: _edit_index(d, lambda i: i["weight_map"].update(ghost=SHARDS[0])),
+        SHARDS[0],
+        rf"has no tensor ghost \({INDEX} puts it there\)$",
+    ),
+    "tensor in two shards": (
+        _copy_tensor_into_second_shard,
+        SHARDS[1],
+        rf"holds tensor \S+, which {INDEX} puts in {SHARDS[0]}$",
+    ),
+    "stray shard": (
+        lambda d: shutil.copy(d / SHARDS[0], d / "model-00005-of-00005.safetensors"),
+        "model-00005-of-00005.safetensors",
+        rf"a weights file that {INDEX} does not list \(remove one of them\)$",
+    ),
+    "single file beside the index": (
+        lambda d: shutil.copy(d / SHARDS[0], d / "model.safetensors"),
+        "model.safetensors",
+        rf"a weights file that {INDEX} does not list",
+    ),
+    "total_size off by one": (
+        lambda d: _edit_index(d, lambda i: i["metadata"].update(total_size=i["metadata"]["total_size"] + 1)),
+        INDEX,
+        r"total_size is \d+, the shards hold \d+ bytes of tensors$",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_INDEXES))
+def test_hostile_shard_indexes_are_one_line_errors_naming_the_file(sharded_dir, case):
+    breaks, file, message = HOSTILE_INDEXES[case]
+    breaks(sharded_dir)
+    for read in (load_model, read_weight_shapes, read_weights):
+        with pytest.raises(UserError) as err:
+            read(sharded_dir)
+        assert "\n" not in str(err.value)
+        assert str(err.value).startswith(f"{sharded_dir / file}: ")
+        assert err.match(message)
+
+
+def test_a_pickle_in_a_sharded_directory_is_refused_and_a_shard_is_never_unpickled(sharded_dir):
+    check_no_pickles(sharded_dir)  # the shards and the index are not mistaken for pickles
+    marker = _evil_pickle(sharded_dir, "evil.pkl")
+    with pytest.raises(UserError, match=r"evil\.pkl: a pickle file in a model directory is refused"):
+        load_model(sharded_dir)
+    (sharded_dir / "evil.pkl").unlink()
+    _evil_pickle(sharded_dir, SHARDS[1])  # a pickle under a listed shard's name is parsed as safetensors only
+    with pytest.raises(UserError, match=rf"^{sharded_dir / SHARDS[1]}: not a readable safetensors file \("):
+        load_model(sharded_dir)
+    assert not marker.exists()
+
+
+def test_a_sharded_lm_directory_loads(tmp_path, tokenizer):
+    import torch
+
+    lm = SRUppLM(vocab_size=tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2).eval()
+    lm_dir = save_lm(lm, tokenizer.path, tmp_path / "lm")
+    config = yaml.safe_load((lm_dir / "config.yaml").read_text())
+    write_model_dir(lm_dir, config, lm.state_dict(), lm_dir / "tokenizer.model", max_shard_bytes=4_000)
+    assert len(list(lm_dir.glob("model-*.safetensors"))) > 1 and not (lm_dir / "model.safetensors").exists()
+    loaded, _ = load_lm(lm_dir)
+    tokens = [[5, 6, 7], [8, 9]]
+    assert torch.equal(loaded.sentence_nll(tokens), lm.sentence_nll(tokens))
