@@ -170,36 +170,42 @@ def corpus_wer(module: ASRLightningModule, batch: dict[str, Any]) -> float:
 
 
 class StopAtZeroWER(L.Callback):
-    """Every ``every`` steps, decodes ``batch`` with greedy CTC and stops training once its WER is 0."""
+    """Every ``every`` steps, decodes ``batch`` with greedy CTC and stops training once its WER is 0, or ``extra``
+    steps after that (the attention decoder memorises more slowly than the CTC head)."""
 
-    def __init__(self, batch: dict[str, Any], every: int) -> None:
-        self.batch, self.every = batch, every
+    def __init__(self, batch: dict[str, Any], every: int, extra: int = 0) -> None:
+        self.batch, self.every, self.extra = batch, every, extra
         self.history: list[tuple[int, float]] = []
+        self.zero_at: int | None = None
 
     def on_train_batch_end(
         self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        """Evaluate at every ``every``-th step; ask the trainer to stop at WER 0."""
-        if trainer.global_step % self.every == 0:
+        """Evaluate at every ``every``-th step until WER 0; ask the trainer to stop ``extra`` steps after that."""
+        if self.zero_at is None and trainer.global_step % self.every == 0:
             wer = corpus_wer(module, self.batch)
             self.history.append((trainer.global_step, round(wer, 3)))
             if wer == 0.0:
-                trainer.should_stop = True
+                self.zero_at = trainer.global_step
+        if self.zero_at is not None and trainer.global_step >= self.zero_at + self.extra:
+            trainer.should_stop = True
 
 
 def train_to_zero_wer(
-    cuts: str, tokenizer: str, cmvn: str, encoder: str
+    cuts: str, tokenizer: str, cmvn: str, encoder: str, extra_steps: int = 0
 ) -> tuple[ASRLightningModule, dict[str, Any], StopAtZeroWER, L.Trainer]:
     """Train ``encoder``'s OVERFIT network on every utterance of ``cuts`` until greedy-CTC WER 0 on them (checked
-    every CHECK_EVERY steps) or its step budget; returns (module, the utterances as one batch, stopper, trainer)."""
+    every CHECK_EVERY steps) and then ``extra_steps`` more, or its step budget; returns (module, the utterances as
+    one batch, stopper, trainer)."""
     network, max_steps = OVERFIT[encoder]
+    max_steps += extra_steps
     torch.manual_seed(0)
     module = ASRLightningModule(tokenizer, cmvn=cmvn, encoder=encoder, **network, **OVERFIT_COMMON)
     # All 20 utterances (28 s) in each epoch's two batches (one per duration bucket): few updates, cheap ones.
     data = ASRDataModule(cuts, None, tokenizer, max_duration=60.0, num_buckets=2, speed_perturb=None, num_workers=0)
     data.setup("fit")
     everything = ASRDataset(module.tokenizer)[CutSet.from_cuts(data.train_cuts)]
-    stopper = StopAtZeroWER(everything, CHECK_EVERY)
+    stopper = StopAtZeroWER(everything, CHECK_EVERY, extra_steps)
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,
