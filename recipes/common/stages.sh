@@ -101,11 +101,13 @@ trainer_scale_options() {
   echo "$opts"
 }
 
-# stage_average STAGE EXP NUM: average the NUM best checkpoints of the experiment folder EXP into the model
-# directory EXP/model.
+# stage_average STAGE EXP NUM [OPTION ...]: average the NUM best checkpoints of the experiment folder EXP into the
+# model directory EXP/model (the OPTIONs go to `srupp-asr average`, e.g. --dtype float16 --max-shard-size 15MiB).
 stage_average() {
-  srupp average --exp-dir "$2" --num "$3" --out "$2/model"
-  log "$1" "wrote the model directory $2/model"
+  local n=$1 exp=$2 num=$3
+  shift 3
+  srupp average --exp-dir "$exp" --num "$num" --out "$exp/model" "$@"
+  log "$n" "wrote the model directory $exp/model"
 }
 
 # evaluate_into STAGE OUT WROTE [OPTION ...]: decode and score a test set with `srupp-asr evaluate OPTION ...

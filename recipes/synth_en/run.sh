@@ -2,8 +2,8 @@
 # Offline English: a corpus synthesised from Debian's TTS voices, an SRU++ model trained on it, on a CPU.
 #
 #   recipes/synth_en/run.sh [--stage N] [--stop-stage N] [--size tiny|small|large] [--seed S] [--nj N]
-#                           [--non-free] [--data DIR] [--exp DIR] [--config YAML] [--vocab-size N]
-#                           [--num-avg N] [--train-args "..."] [--decodings "MODE ..."] [--beam N]
+#                           [--hours H] [--non-free] [--data DIR] [--exp DIR] [--config YAML] [--vocab-size N]
+#                           [--num-avg N] [--train-args "..."] [--average-args "..."] [--decodings "MODE ..."] [--beam N]
 #                           [--device cpu|cuda] [--pocketsphinx true|false] [--lm true|false]
 #                           [--lm-args "..."] [--lm-weight W]
 #
@@ -29,6 +29,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../common/stages.sh"  # usage, log, runs,
 stage=0
 stop_stage=7
 size=small
+hours=""
 seed=0
 nj=$(nproc)
 non_free=false
@@ -38,6 +39,7 @@ config=""
 vocab_size=256
 num_avg=5
 train_args=""
+average_args=""
 decodings="ctc_greedy joint joint+lm"
 beam=10
 device=cpu
@@ -52,6 +54,7 @@ while [ $# -gt 0 ]; do
     --stage) stage=$2; shift 2 ;;
     --stop-stage) stop_stage=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
+    --hours) hours=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --nj) nj=$2; shift 2 ;;
     --non-free) non_free=true; shift ;;
@@ -61,6 +64,7 @@ while [ $# -gt 0 ]; do
     --vocab-size) vocab_size=$2; shift 2 ;;
     --num-avg) num_avg=$2; shift 2 ;;
     --train-args) train_args=$2; shift 2 ;;
+    --average-args) average_args=$2; shift 2 ;;
     --decodings) decodings=$2; shift 2 ;;
     --beam) beam=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
@@ -114,8 +118,11 @@ if runs 0; then
 fi
 
 if runs 1; then
-  log 1 "synthesising the $size corpus into $corpus (seed $seed, $nj jobs; a rerun completes it)"
-  srupp synth-corpus "$corpus" --size "$size" --seed "$seed" --jobs "$nj" $free_flag
+  amount="--size $size"
+  [ -n "$hours" ] && amount="--hours $hours"
+  log 1 "synthesising the corpus ($amount) into $corpus (seed $seed, $nj jobs; a rerun completes it)"
+  # shellcheck disable=SC2086  # amount and free_flag are word lists
+  srupp synth-corpus "$corpus" $amount --seed "$seed" --jobs "$nj" $free_flag
   log 1 "wrote $manifests/{train,dev,test_seen,test_unseen}_cuts.jsonl.gz"
 fi
 
@@ -152,7 +159,8 @@ if runs 4; then
 fi
 
 if runs 5; then
-  stage_average 5 "$exp" "$num_avg"
+  # shellcheck disable=SC2086  # average_args is a word list
+  stage_average 5 "$exp" "$num_avg" $average_args
 fi
 
 if runs 6; then
