@@ -82,13 +82,18 @@ PROGRESS = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of audio [{e
 
 
 def default_model_candidates() -> list[Path]:
-    """Where the built-in default model is looked for, in order: ``$SRUPP_ASR_DEFAULT_MODEL``, the offline recipe's
-    ``exp/synth_en/model`` beside the package, ``~/.cache/srupp-asr/default_model``."""
+    """Where the built-in default model is looked for, in order: ``$SRUPP_ASR_DEFAULT_MODEL``, the model shipped in
+    the package (``srupp_asr/default_model``, trained on a GPU by ``recipes/synth_en/local/device_default_model.sh``),
+    the offline recipe's ``exp/synth_en/model`` beside the package, ``~/.cache/srupp-asr/default_model``."""
     env = os.environ.get(DEFAULT_MODEL_ENV)
     if env:
         return [Path(env)]  # an explicit choice: no falling back to another model
-    package_root = Path(__file__).resolve().parent.parent
-    return [package_root / "exp" / "synth_en" / "model", Path.home() / ".cache" / "srupp-asr" / "default_model"]
+    package_dir = Path(__file__).resolve().parent
+    return [
+        package_dir / "default_model",
+        package_dir.parent / "exp" / "synth_en" / "model",
+        Path.home() / ".cache" / "srupp-asr" / "default_model",
+    ]
 
 
 def default_model_dir() -> Path:

@@ -73,6 +73,7 @@ def test_default_model_candidates_follow_the_documented_order(monkeypatch, tmp_p
     monkeypatch.setenv("HOME", str(tmp_path))
     package_root = Path(__file__).resolve().parent.parent
     assert default_model_candidates() == [
+        package_root / "srupp_asr" / "default_model",
         package_root / "exp" / "synth_en" / "model",
         tmp_path / ".cache" / "srupp-asr" / "default_model",
     ]

@@ -38,7 +38,12 @@ pipeline() {
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   fi
-  "$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
+  local installed
+  installed=$("$py" -c 'import pathlib, srupp_asr; print(pathlib.Path(srupp_asr.__file__).resolve().parents[1])' \
+    2>/dev/null || true)
+  if [ "$installed" != "$(pwd -P)" ]; then
+    "$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
+  fi
   local bin
   bin=$("$py" -c 'import os, sys; print(os.path.dirname(sys.executable))')
   export PATH=$bin:$PATH  # srupp-asr, installed beside the Python that runs it
