@@ -96,7 +96,10 @@ if runs 0; then
   packages="espeak-ng sox flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
             fortune-mod fortunes-min fortunes wordnet-base dict-gcide"
   missing=""
-  for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+  offline=/var/lib/srupp-asr/offline-debs/packages.txt  # what local/install_debs.sh installed from .debs
+  for p in $packages; do
+    dpkg -s "$p" >/dev/null 2>&1 || grep -qx "$p" "$offline" 2>/dev/null || missing="$missing $p"
+  done
   if [ -n "$missing" ]; then
     log 0 "installing:$missing"
     sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
