@@ -23,6 +23,11 @@ between its ``compare_encoders`` markers), and PNG plots (WER vs length, dev WER
 
     python benchmarks/compare_encoders.py --minutes 10                  # about 50 min on 2 CPU cores
     python benchmarks/compare_encoders.py --skip-train --exp exp/compare  # evaluate existing runs again
+    python benchmarks/compare_encoders.py --config conf/synth_en_gpu.yaml --presets gpu --device cuda \
+        --minutes 5 --data data/synth_en_gpu --exp exp/compare_gpu      # the GPU size (16 M parameters)
+
+On a GPU, training, evaluation and long-form decoding run there (``--device cuda``; the config names the
+accelerator); the memory columns stay the process's peak resident memory on the host.
 """
 
 from __future__ import annotations
@@ -51,10 +56,30 @@ from srupp_asr.text import normalize_text
 
 ROOT = Path(__file__).resolve().parent.parent
 ENCODERS = ("srupp", "conformer", "blstm")
-# Shape presets of the CPU size; the width knob of conformer/blstm is searched to match the SRU++ model.
+# Shape presets per size (``--presets``): cpu for conf/synth_en_cpu.yaml's SRU++ (4 layers, no dropout), gpu for
+# conf/synth_en_gpu.yaml's (8 layers, dropout 0.1). The width knob of conformer (ffn_dim) and blstm (d_model) is
+# then searched to match the SRU++ model's parameter count.
 PRESETS = {
-    "conformer": {"num_layers": 4, "num_heads": 4, "ffn_dim": 512, "depthwise_conv_kernel_size": 15, "dropout": 0.0},
-    "blstm": {"d_model": 512, "num_layers": 3, "dropout": 0.0},
+    "cpu": {
+        "conformer": {
+            "num_layers": 4,
+            "num_heads": 4,
+            "ffn_dim": 512,
+            "depthwise_conv_kernel_size": 15,
+            "dropout": 0.0,
+        },
+        "blstm": {"d_model": 512, "num_layers": 3, "dropout": 0.0},
+    },
+    "gpu": {
+        "conformer": {
+            "num_layers": 8,
+            "num_heads": 4,
+            "ffn_dim": 1024,
+            "depthwise_conv_kernel_size": 15,
+            "dropout": 0.1,
+        },
+        "blstm": {"d_model": 1024, "num_layers": 4, "dropout": 0.1},
+    },
 }
 MARK_BEGIN, MARK_END = "<!-- compare_encoders: begin -->", "<!-- compare_encoders: end -->"
 
@@ -64,14 +89,15 @@ def srupp_cmd() -> list[str]:
     return [sys.executable, "-m", "srupp_asr.cli"]
 
 
-def encoder_configs(base: dict, vocab_size: int) -> dict[str, dict]:
-    """Per encoder, the training config: ``base`` with the encoder (width-matched to the SRU++ one) replaced."""
+def encoder_configs(base: dict, vocab_size: int, presets: str = "cpu") -> dict[str, dict]:
+    """Per encoder, the training config: ``base`` with the encoder (width-matched to the SRU++ one, the other shape
+    choices from ``PRESETS[presets]``) replaced."""
     model = base["model"]
     srupp_conf = model["encoder_conf"]
     size = Size(
         d_model=model["d_model"],
         decoder_conf=model["decoder_conf"],
-        encoders={"srupp": srupp_conf, **PRESETS},
+        encoders={"srupp": srupp_conf, **PRESETS[presets]},
         batch_seconds=0,
         utt_seconds=(0, 0),
         steps=0,
@@ -167,7 +193,8 @@ def evaluate(name: str, args: argparse.Namespace) -> dict:
             if not (folder / "results.json").is_file():
                 manifest = args.data / "corpus" / "manifests" / f"{cuts}_cuts.jsonl.gz"
                 cmd = [*srupp_cmd(), "evaluate", "--model", str(args.exp / name / "model"), "--cuts", str(manifest)]
-                cmd += ["--decoding", mode, "--beam", "10", "--device", "cpu", "--name", cuts, "--out-dir", str(folder)]
+                cmd += ["--decoding", mode, "--beam", "10", "--device", args.device, "--name", cuts]
+                cmd += ["--out-dir", str(folder)]
                 subprocess.run(cmd, check=True, capture_output=True)
             r = json.loads((folder / "results.json").read_text())
             out[(cuts, mode)] = (r["WER"]["error_rate"], float(r["details"]["real-time factor"]))
@@ -204,7 +231,9 @@ def build_longform(args: argparse.Namespace) -> list[tuple[float, Path, str]]:
 def longform(name: str, recordings: list, args: argparse.Namespace) -> dict:
     """WER, RTF and peak memory of whole-file and 30 s-chunk decoding of each recording."""
     results = {}
-    opts = SimpleNamespace(decoding="ctc_greedy", threads=2, max_memory_gb=args.max_memory_gb, vad=False)
+    opts = SimpleNamespace(
+        decoding="ctc_greedy", threads=2, max_memory_gb=args.max_memory_gb, vad=False, device=args.device
+    )
     for minutes, path, ref in recordings:
         for how, chunk in (("whole", 10 * 3600.0), ("chunked", 30.0)):
             out_dir = args.exp / name / "longform" / how
@@ -223,7 +252,7 @@ def longform(name: str, recordings: list, args: argparse.Namespace) -> dict:
     return results
 
 
-def plots(train_numbers: dict, long_results: dict, lengths: list[float], out_dir: Path) -> list[str]:
+def plots(train_numbers: dict, long_results: dict, lengths: list[float], out_dir: Path, where: str) -> list[str]:
     """WER vs recording length and dev WER vs training minutes, as PNGs in ``out_dir``; returns their names."""
     import matplotlib
 
@@ -245,7 +274,7 @@ def plots(train_numbers: dict, long_results: dict, lengths: list[float], out_dir
     for name, t in train_numbers.items():
         per_step = t["wall_s"] / max(t["steps"], 1) / 60
         ax.plot([s * per_step for s, _, _ in t["curve"]], [w for _, _, w in t["curve"]], "-o", label=name)
-    ax.set_xlabel("training minutes (2 CPU cores)")
+    ax.set_xlabel(f"training minutes ({where})")
     ax.set_ylabel("dev WER % (greedy CTC)")
     ax.legend()
     fig.tight_layout()
@@ -276,11 +305,13 @@ def main() -> None:
         "checkpoints are far worse than its last ones, so averaging them hurts)",
     )
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    p.add_argument("--device", default="cpu", help="decoding device: cpu or cuda (the config says where to train)")
+    p.add_argument("--presets", choices=list(PRESETS), default="cpu", help="conformer/blstm shapes (see PRESETS)")
     args = p.parse_args()
     from srupp_asr.tokenizer import Tokenizer
 
     base = yaml.safe_load(args.config.read_text())
-    configs = encoder_configs(base, Tokenizer(args.data / "tokenizer.model").vocab_size)
+    configs = encoder_configs(base, Tokenizer(args.data / "tokenizer.model").vocab_size, args.presets)
     counts = {
         n: count_params(
             {
@@ -303,12 +334,11 @@ def main() -> None:
     long_results = {name: longform(name, recordings, args) for name in args.encoders}
     batch_audio = base["data"]["max_duration"]
     lines = [
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; torch {_torch_version()}; "
-        f"{time.strftime('%Y-%m-%d')}. Config: {args.config.relative_to(ROOT)} with the encoder replaced; "
+        f"Machine: {_machine(args.device)}; torch {_torch_version()}; "
+        f"{time.strftime('%Y-%m-%d')}. Config: {_shown(args.config)} with the encoder replaced; "
         f"{args.minutes:g} min of training each.",
         "",
-        f"    python benchmarks/compare_encoders.py --minutes {args.minutes:g} --lengths "
-        + " ".join(f"{x:g}" for x in args.lengths),
+        "    python benchmarks/compare_encoders.py " + " ".join(sys.argv[1:]),
         "",
         "| encoder | params | encoder conf | steps | epochs | audio s / s (at most) | train peak RSS MiB |",
         "|---|---|---|---|---|---|---|",
@@ -351,7 +381,8 @@ def main() -> None:
                     else f"{_rate(r['wer'])} / {r['rtf']:.3f} / {r['rss']:.0f}"
                 )
             lines.append(f"| {name} | {how} | " + " | ".join(cells) + " |")
-    pngs = plots(trained, long_results, args.lengths, args.out.parent)
+    where = f"{os.cpu_count()} CPU cores" if args.device == "cpu" else _machine(args.device)
+    pngs = plots(trained, long_results, args.lengths, args.out.parent, where)
     lines += ["", *[f"![{png}]({png})" for png in pngs]]
     text = "\n".join(lines) + "\n"
     print(text)
@@ -365,6 +396,24 @@ def main() -> None:
 
 
 NOT_MODEL = {"cmvn", "lr", "weight_decay", "warmup_steps", "optimizer", "max_consecutive_nonfinite"}
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it, else as given."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _machine(device: str) -> str:
+    """The CPU (processor, core count) and, for a CUDA device, the GPU's name."""
+    cpu = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+    if device == "cpu":
+        return cpu
+    import torch
+
+    return f"{torch.cuda.get_device_name()} ({cpu})"
 
 
 def _torch_version() -> str:

@@ -115,7 +115,8 @@ def random_model(folder: Path) -> Path:
 def measure(audio: Path, model: Path, out_dir: Path, max_chunk: float, args: argparse.Namespace) -> dict:
     """Transcribe ``audio`` in a fresh process: peak RSS (MiB), wall seconds, the chunks it was cut into and the
     words; ``failed`` says why when the process did not finish (killed for memory, say)."""
-    cmd = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "-q", "--model", str(model), "--device", "cpu"]
+    device = getattr(args, "device", "cpu")
+    cmd = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "-q", "--model", str(model), "--device", device]
     cmd += ["--decoding", args.decoding, "--threads", str(args.threads), "--max-chunk-seconds", str(max_chunk)]
     cmd += ["-f", "json", "-o", str(out_dir), str(audio)] + (["--vad"] if args.vad else [])
     begin = time.perf_counter()
@@ -124,7 +125,8 @@ def measure(audio: Path, model: Path, out_dir: Path, max_chunk: float, args: arg
     def cap_memory() -> None:  # an allocation beyond the cap fails in the child instead of calling the OOM killer
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    child = subprocess.Popen(cmd, stderr=subprocess.PIPE, preexec_fn=cap_memory)
+    # CUDA reserves far more address space than it uses: no cap there (the GPU's own memory bounds the run).
+    child = subprocess.Popen(cmd, stderr=subprocess.PIPE, preexec_fn=cap_memory if device == "cpu" else None)
     err = child.stderr.read().decode()  # before waiting: a full pipe would block the child
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - begin

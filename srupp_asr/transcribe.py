@@ -83,7 +83,7 @@ PROGRESS = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of audio [{e
 
 def default_model_candidates() -> list[Path]:
     """Where the built-in default model is looked for, in order: ``$SRUPP_ASR_DEFAULT_MODEL``, the model shipped in
-    the package (``srupp_asr/default_model``, trained on a GPU by ``recipes/synth_en/local/device_default_model.sh``),
+    the package (``srupp_asr/default_model``, trained on a GPU by ``recipes/synth_en/local/device_run.sh``),
     the offline recipe's ``exp/synth_en/model`` beside the package, ``~/.cache/srupp-asr/default_model``."""
     env = os.environ.get(DEFAULT_MODEL_ENV)
     if env:

@@ -32,9 +32,10 @@ def ce():
         sys.path.remove(str(BENCH))
 
 
-def test_configs_match_parameters_and_differ_only_in_the_encoder(ce):
-    base = yaml.safe_load((ROOT / "conf" / "synth_en_cpu.yaml").read_text())
-    configs = ce.encoder_configs(base, vocab_size=256)
+@pytest.mark.parametrize(("config", "presets"), [("synth_en_cpu.yaml", "cpu"), ("synth_en_gpu.yaml", "gpu")])
+def test_configs_match_parameters_and_differ_only_in_the_encoder(ce, config, presets):
+    base = yaml.safe_load((ROOT / "conf" / config).read_text())
+    configs = ce.encoder_configs(base, vocab_size=256, presets=presets)
     assert set(configs) == {"srupp", "conformer", "blstm"}
     counts = {}
     for name, config in configs.items():
@@ -45,6 +46,10 @@ def test_configs_match_parameters_and_differ_only_in_the_encoder(ce):
         model = {k: v for k, v in config["model"].items() if k not in ce.NOT_MODEL}
         counts[name] = ce.count_params({"vocab_size": 256, **model})[0]
     assert configs["srupp"]["model"]["encoder_conf"] == base["model"]["encoder_conf"]
+    for name in ("conformer", "blstm"):  # the preset's shape, except the width knob that was searched
+        knob = "ffn_dim" if name == "conformer" else "d_model"
+        conf = {k: v for k, v in configs[name]["model"]["encoder_conf"].items() if k != knob}
+        assert conf == {k: v for k, v in ce.PRESETS[presets][name].items() if k != knob}
     assert max(counts.values()) / min(counts.values()) - 1 <= ce.MAX_SPREAD
 
 

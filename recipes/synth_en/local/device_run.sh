@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# GPU jobs on a rented machine that has no package registry and no network, each within one lease of about
+# 30 minutes whose commands may each run 10 minutes. A job runs in the background (setsid); each call of this
+# script is one short command:
+#
+#   recipes/synth_en/local/device_run.sh start default-model [HOURS]    # the built-in default model (issue 10)
+#   recipes/synth_en/local/device_run.sh start compare [MINUTES] [HOURS] # SRU++ vs Conformer vs BLSTM (issue 8)
+#   recipes/synth_en/local/device_run.sh wait SECONDS                   # watch until done, failed or SECONDS
+#   recipes/synth_en/local/device_run.sh collect DIR                    # copy the job's results into DIR
+#
+# `start` prints the job's log for 9 minutes, `wait` goes on printing it. What has to travel with the working
+# tree (ignored folders, carried): .whl (the Python wheels the machine lacks: lhotse, jiwer, soundfile, ...) and
+# .debs (the TTS engines and texts: local/fetch_debs.sh). Both jobs first install those (local/install_debs.sh)
+# and synthesise a corpus of HOURS hours on all cores with its CMVN and tokenizer (run.sh stages 1-3), then:
+#
+# - default-model (HOURS 30): train conf/synth_en_gpu.yaml for what the lease has left (3-12 minutes), average
+#   into a float16 model in shards of at most 15 MiB (stages 4-5), decode both test sets on the GPU (stages 6-7:
+#   RESULTS.md), and run the decoding speed benchmark on the GPU (benchmarks/decoding_speed.py, 20 files);
+#   `collect` brings the model directory (then committed as srupp_asr/default_model) and a tarball of the logs;
+# - compare (MINUTES 5, HOURS 20): benchmarks/compare_encoders.py at the GPU size (conf/synth_en_gpu.yaml,
+#   --presets gpu): each encoder trained MINUTES minutes, evaluated and decoded long-form on the GPU;
+#   `collect` brings its RESULTS.md, plots and logs.
+#
+# Each phase's start and end go to EXP/pipeline.log with a time stamp; EXP/{DONE,FAILED} mark the end.
+#
+# Environment (for a dry run on a CPU: PYTHON=.venv/bin/python NO_WHEELS=1 DEVICE=cpu TRAIN_ARGS="..."):
+# PYTHON (default python3), NO_WHEELS (set: do not install .whl), DEVICE (default cuda), TRAIN_ARGS (appended to
+# `srupp-asr train fit` by default-model), LEASE_MINUTES (default 24), DATA and EXP (default
+# data/synth_en_gpu_<HOURS>h and exp/synth_en_gpu or exp/compare_gpu); for compare, CONFIG (default
+# conf/synth_en_gpu.yaml) and LENGTHS (long-form minutes, default "1 5 20").
+set -euo pipefail
+script=$(realpath "$0")
+cd "$(dirname "$script")/../../.."
+
+py=${PYTHON:-python3}
+device=${DEVICE:-cuda}
+current=exp/device_job.txt  # the running (or last) job's EXP folder, for wait and collect
+
+say() { echo "[$(date -u +%H:%M:%S)] $*"; }
+
+# setup: the Python packages (wheels carried in .whl; this checkout, editable) and the TTS engines (.debs).
+setup() {
+  if [ -d .whl ] && [ -z "${NO_WHEELS:-}" ]; then
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  local installed bin
+  installed=$("$py" -c 'import pathlib, srupp_asr; print(pathlib.Path(srupp_asr.__file__).resolve().parents[1])' \
+    2>/dev/null || true)
+  if [ "$installed" != "$(pwd -P)" ]; then
+    "$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
+  fi
+  bin=$("$py" -c 'import os, sys; print(os.path.dirname(sys.executable))')
+  export PATH=$bin:$PATH  # srupp-asr, installed beside the Python that runs it
+  say "python packages ready: $(command -v srupp-asr)"
+  if [ "$device" = cuda ]; then "$py" -c 'import torch; print(torch.cuda.get_device_name())'; fi
+  # A failed engine check is not fatal: synth-corpus reports and skips the voices that do not work.
+  bash recipes/synth_en/local/install_debs.sh .debs || say "an engine check failed (above); going on without it"
+  say "TTS engines ready"
+}
+
+# corpus HOURS DATA EXP: synthesise, CMVN, tokenizer (run.sh stages 1-3).
+corpus() {
+  recipes/synth_en/run.sh --stage 1 --stop-stage 3 --hours "$1" --data "$2" --exp "$3" --nj "$(nproc)" \
+    --config conf/synth_en_gpu.yaml --device "$device" --lm false --pocketsphinx false
+}
+
+job_default_model() {
+  local hours=${1:-30} data exp left budget
+  data=${DATA:-data/synth_en_gpu_${hours}h}
+  exp=${EXP:-exp/synth_en_gpu}
+  say "default-model: $hours h of audio, $(nproc) cores, device $device"
+  setup
+  corpus "$hours" "$data" "$exp"
+  # Training gets what the lease has left: LEASE_MINUTES (default 24: the lease's 30 minutes less the machine's
+  # start and the collect call) from the job's start, less 4 minutes for averaging, decoding and the speed
+  # benchmark; at most the config's 12 minutes, at least 3.
+  left=$((${LEASE_MINUTES:-24} * 60 - SECONDS - 240))
+  budget=$((left > 720 ? 720 : (left < 180 ? 180 : left)))
+  say "training for $((budget / 60)) min $((budget % 60)) s"
+  recipes/synth_en/run.sh --stage 4 --stop-stage 5 --data "$data" --exp "$exp" --config conf/synth_en_gpu.yaml \
+    --device "$device" --lm false --pocketsphinx false --average-args "--dtype float16 --max-shard-size 15MiB" \
+    --train-args "--trainer.max_time 00:00:$(printf '%02d:%02d' $((budget / 60)) $((budget % 60))) ${TRAIN_ARGS:-}"
+  say "model exported: $(du -sh "$exp/model" | cut -f1)"
+  recipes/synth_en/run.sh --stage 6 --stop-stage 7 --data "$data" --exp "$exp" --device "$device" --lm false \
+    --pocketsphinx false --decodings "ctc_greedy joint" --beam 10
+  say "decoding speed on the device (20 test_seen files, beam 10)"
+  find "$data/corpus/audio/test_seen" -name '*.flac' | sort | head -n 20 >"$exp/rtf_files.txt"
+  # shellcheck disable=SC2046  # one argument per file name (no spaces in corpus names)
+  "$py" benchmarks/decoding_speed.py --model "$exp/model" --device "$device" --beam 10 \
+    --audio $(cat "$exp/rtf_files.txt") | tee "$exp/decoding_speed_$device.md"
+}
+
+job_compare() {
+  local minutes=${1:-5} hours=${2:-20} data exp
+  data=${DATA:-data/synth_en_gpu_${hours}h}
+  exp=${EXP:-exp/compare_gpu}
+  say "compare: $minutes min of training per encoder on $hours h of audio, $(nproc) cores, device $device"
+  setup
+  corpus "$hours" "$data" "$exp"
+  # shellcheck disable=SC2086  # LENGTHS is a word list
+  "$py" benchmarks/compare_encoders.py --config "${CONFIG:-conf/synth_en_gpu.yaml}" --presets gpu \
+    --device "$device" --minutes "$minutes" --data "$data" --exp "$exp" --lengths ${LENGTHS:-1 5 20} \
+    --out "$exp/RESULTS.md"
+}
+
+job_exp() {  # job_exp JOB ARGS...: the EXP folder of a job
+  case "$1" in
+    default-model) echo "${EXP:-exp/synth_en_gpu}" ;;
+    compare) echo "${EXP:-exp/compare_gpu}" ;;
+    *) echo "device_run.sh: unknown job '$1' (default-model or compare)" >&2; return 2 ;;
+  esac
+}
+
+watch_log() {  # watch_log SECONDS: print the job log's new lines until DONE/FAILED or SECONDS passed
+  local limit=$1 shown=0 n exp log
+  exp=$(cat "$current")
+  log=$exp/pipeline.log
+  while :; do
+    if [ -f "$log" ]; then
+      n=$(wc -l <"$log")
+      if [ "$n" -gt "$shown" ]; then
+        # long tqdm-style lines are cut: the log of the whole run comes back with `collect`
+        sed -n "$((shown + 1)),${n}p" "$log" | grep -v '^\s*$' | cut -c1-200 | tail -n 40
+        shown=$n
+      fi
+    fi
+    if [ -f "$exp/DONE" ] || [ -f "$exp/FAILED" ]; then break; fi
+    if [ "$SECONDS" -ge "$limit" ]; then say "still running after ${limit}s"; return 0; fi
+    sleep 15
+  done
+  if [ -f "$exp/FAILED" ]; then say "FAILED (see the log above)"; return 1; fi
+  say "DONE"
+  if [ -f "$exp/RESULTS.md" ]; then cat "$exp/RESULTS.md"; fi
+  return 0
+}
+
+case "${1:-}" in
+  start)
+    job=${2:?start needs a job: default-model or compare}
+    exp=$(job_exp "$job")
+    mkdir -p "$exp"
+    rm -f "$exp/DONE" "$exp/FAILED"
+    echo "$exp" >"$current"
+    # The job outlives this command (a new session is not killed when the command returns).
+    setsid bash -c "if bash '$script' run ${*:2} >>'$exp/pipeline.log' 2>&1; then touch '$exp/DONE'; \
+else touch '$exp/FAILED'; fi" </dev/null >/dev/null 2>&1 &
+    watch_log 540
+    ;;
+  run)  # run JOB ARGS...: the job itself, in the foreground (what `start` runs in the background)
+    SECONDS=0  # the lease's clock, as far as the job knows it
+    job=${2:?}
+    shift 2
+    "job_${job//-/_}" "$@"
+    say "job $job done"
+    ;;
+  wait)
+    watch_log "${2:-540}"
+    ;;
+  collect)
+    out=${2:?collect needs a destination folder}
+    exp=$(cat "$current")
+    mkdir -p "$out"
+    if [ -d "$exp/model" ]; then mkdir -p "$out/model" && cp "$exp"/model/* "$out/model/"; fi
+    for f in "$exp"/RESULTS.md "$exp"/*.png; do if [ -f "$f" ]; then cp "$f" "$out/"; fi; done
+    tar -czf "$out/logs.tar.gz" --exclude='*.ckpt' --exclude='model' --exclude='*.pt' --exclude='*.flac' \
+      --exclude='*.safetensors' "$exp" 2>/dev/null || true
+    ls -l "$out" "$out"/model 2>/dev/null || true
+    ;;
+  *)
+    echo "usage: $0 start default-model [HOURS] | start compare [MINUTES] [HOURS] | wait SECONDS | collect DIR" >&2
+    exit 2
+    ;;
+esac
