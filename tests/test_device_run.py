@@ -1,0 +1,124 @@
+"""recipes/synth_en/local/device_run.sh: GPU jobs that run in the background across short device calls.
+
+Fast: usage and unknown jobs are one-line errors with exit status 2, `wait` reports a job that failed (exit 1) or
+finished (exit 0, its RESULTS.md printed), `collect` copies what the job left, and the script passes shellcheck.
+Slow (``-m slow``, a few minutes): the default-model job end to end on the CPU on a tiny corpus, as the README's
+dry run: its model directory is float16 shards that ``srupp-asr transcribe`` loads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "recipes" / "synth_en" / "local" / "device_run.sh"
+CURRENT = ROOT / "exp" / "device_job.txt"
+
+
+def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+@pytest.fixture
+def keep_current_job():
+    """The test points exp/device_job.txt at its own folder; whatever it named before is put back."""
+    before = CURRENT.read_text() if CURRENT.is_file() else None
+    yield
+    if before is None:
+        CURRENT.unlink(missing_ok=True)
+    else:
+        CURRENT.write_text(before)
+
+
+def test_usage_and_an_unknown_job_are_one_line_errors():
+    done = _run([])
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "usage:" in done.stderr
+    done = _run(["start", "bogus"])
+    assert done.returncode == 2
+    assert done.stderr == "device_run.sh: unknown job 'bogus' (default-model or compare)\n"
+
+
+@pytest.mark.parametrize("outcome", ["DONE", "FAILED"])
+def test_wait_reports_how_the_job_ended(tmp_path, keep_current_job, outcome):
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "pipeline.log").write_text("[00:00:00] job started\n[00:00:01] last words\n")
+    (exp / "RESULTS.md").write_text("| system | WER |\n")
+    (exp / outcome).touch()
+    CURRENT.parent.mkdir(parents=True, exist_ok=True)
+    CURRENT.write_text(f"{exp}\n")
+    done = _run(["wait", "30"])
+    assert "last words" in done.stdout
+    if outcome == "DONE":
+        assert done.returncode == 0 and "DONE" in done.stdout and "| system | WER |" in done.stdout
+    else:
+        assert done.returncode == 1 and "FAILED" in done.stdout and "| system | WER |" not in done.stdout
+
+
+def test_collect_copies_the_model_results_and_logs(tmp_path, keep_current_job):
+    exp = tmp_path / "exp"
+    (exp / "model").mkdir(parents=True)
+    for name in ("config.yaml", "model-00001-of-00002.safetensors", "tokenizer.model"):
+        (exp / "model" / name).write_text(name)
+    (exp / "RESULTS.md").write_text("results\n")
+    (exp / "plot.png").write_bytes(b"png")
+    (exp / "pipeline.log").write_text("log\n")
+    (exp / "checkpoints").mkdir()
+    (exp / "checkpoints" / "last.ckpt").write_bytes(b"x" * 1000)
+    CURRENT.parent.mkdir(parents=True, exist_ok=True)
+    CURRENT.write_text(f"{exp}\n")
+    out = tmp_path / "out"
+    done = _run(["collect", str(out)])
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (out / "model").iterdir()) == sorted(p.name for p in (exp / "model").iterdir())
+    assert (out / "RESULTS.md").read_text() == "results\n" and (out / "plot.png").is_file()
+    listing = subprocess.run(["tar", "-tzf", str(out / "logs.tar.gz")], capture_output=True, text=True).stdout
+    assert "pipeline.log" in listing and "last.ckpt" not in listing
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="needs shellcheck")
+def test_shellcheck_clean():
+    done = subprocess.run(["shellcheck", "-x", str(SCRIPT)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs the TTS engines")
+def test_default_model_job_dry_run_on_the_cpu(tmp_path, keep_current_job):
+    """The whole default-model job on the CPU: tiny corpus, 20 training steps; the exported model loads."""
+    if os.geteuid() != 0:
+        pytest.skip("install_debs.sh needs root")
+    if not (ROOT / ".debs").is_dir():
+        pytest.skip("no .debs (recipes/synth_en/local/fetch_debs.sh)")
+    env = {
+        "PYTHON": sys.executable,
+        "NO_WHEELS": "1",
+        "DEVICE": "cpu",
+        "DATA": str(tmp_path / "data"),
+        "EXP": str(tmp_path / "exp"),
+        "TRAIN_ARGS": "--trainer.accelerator cpu --trainer.precision 32-true --trainer.max_steps 20 "
+        "--trainer.val_check_interval 10 --data.max_duration 30 --data.num_workers 1",
+    }
+    done = _run(["start", "default-model", "0.4"], env, timeout=900)
+    assert done.returncode == 0 and "DONE" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    out = tmp_path / "out"
+    assert _run(["collect", str(out)], env).returncode == 0
+    model = out / "model"
+    assert (model / "model.safetensors.index.json").is_file()
+    assert all(p.stat().st_size <= 15 * 2**20 for p in model.glob("*.safetensors"))
+    wav = sorted((tmp_path / "data" / "corpus" / "audio" / "test_seen").rglob("*.flac"))[0]
+    cli = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "--model", str(model), str(wav)]
+    assert subprocess.run(cli, capture_output=True, text=True, timeout=120).returncode == 0
