@@ -139,7 +139,7 @@ case "${1:-}" in
   start)
     job=${2:?start needs a job: default-model or compare}
     exp=$(job_exp "$job")
-    mkdir -p "$exp"
+    mkdir -p "$exp" "$(dirname "$current")"
     rm -f "$exp/DONE" "$exp/FAILED"
     echo "$exp" >"$current"
     # The job outlives this command (a new session is not killed when the command returns).
