@@ -688,10 +688,26 @@ def _read_weights(path: str | os.PathLike, shapes_only: bool) -> dict[str, torch
     return tensors
 
 
+# The dtype names of the safetensors format (its header's "dtype" field) that torch holds.
+_SAFETENSORS_DTYPES = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "I16": torch.int16,
+    "I32": torch.int32,
+    "I64": torch.int64,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+
+
 def _read_safetensors(path: Path, shapes_only: bool) -> dict[str, torch.Tensor]:
     """The tensors of one safetensors file, or meta tensors of their shapes and dtypes (no pickle)."""
     from safetensors import safe_open
-    from safetensors.torch import _getdtype  # safetensors' own table of its dtype names
 
     if not path.is_file():
         raise UserError(f"{path}: not found (a model directory holds its weights)")
@@ -700,8 +716,12 @@ def _read_safetensors(path: Path, shapes_only: bool) -> dict[str, torch.Tensor]:
             if not shapes_only:
                 return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
             slices = {k: f.get_slice(k) for k in f.keys()}  # noqa: SIM118
+            unknown = sorted({s.get_dtype() for s in slices.values()} - _SAFETENSORS_DTYPES.keys())
+            if unknown:
+                raise ValueError(f"tensors of dtype {unknown[0]}, which a model cannot hold")
             return {
-                k: torch.empty(s.get_shape(), dtype=_getdtype(s.get_dtype()), device="meta") for k, s in slices.items()
+                k: torch.empty(s.get_shape(), dtype=_SAFETENSORS_DTYPES[s.get_dtype()], device="meta")
+                for k, s in slices.items()
             }
     except Exception as err:  # safetensors reports a bad header, truncation or a bad dtype with its own error types
         raise UserError(f"{path}: not a readable safetensors file ({first_line(err)})") from None
