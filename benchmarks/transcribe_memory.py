@@ -115,8 +115,7 @@ def random_model(folder: Path) -> Path:
 def measure(audio: Path, model: Path, out_dir: Path, max_chunk: float, args: argparse.Namespace) -> dict:
     """Transcribe ``audio`` in a fresh process: peak RSS (MiB), wall seconds, the chunks it was cut into and the
     words; ``failed`` says why when the process did not finish (killed for memory, say)."""
-    device = getattr(args, "device", "cpu")
-    cmd = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "-q", "--model", str(model), "--device", device]
+    cmd = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "-q", "--model", str(model), "--device", args.device]
     cmd += ["--decoding", args.decoding, "--threads", str(args.threads), "--max-chunk-seconds", str(max_chunk)]
     cmd += ["-f", "json", "-o", str(out_dir), str(audio)] + (["--vad"] if args.vad else [])
     begin = time.perf_counter()
@@ -126,7 +125,7 @@ def measure(audio: Path, model: Path, out_dir: Path, max_chunk: float, args: arg
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     # CUDA reserves far more address space than it uses: no cap there (the GPU's own memory bounds the run).
-    child = subprocess.Popen(cmd, stderr=subprocess.PIPE, preexec_fn=cap_memory if device == "cpu" else None)
+    child = subprocess.Popen(cmd, stderr=subprocess.PIPE, preexec_fn=cap_memory if args.device == "cpu" else None)
     err = child.stderr.read().decode()  # before waiting: a full pipe would block the child
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - begin
@@ -146,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--minutes", type=float, nargs="+", default=[1.0, 10.0, 60.0])
     p.add_argument("--model", type=Path, help="model directory (default: a random model of the overfit size)")
     p.add_argument("--decoding", default="ctc_greedy")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (no address-space cap on cuda)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-chunk-seconds", type=float, default=600.0, help="the budget of the budget rows")
     p.add_argument("--vad", action="store_true", help="cut chunks at silences")

@@ -68,7 +68,7 @@ corpus() {
 job_default_model() {
   local hours=${1:-30} data exp left budget
   data=${DATA:-data/synth_en_gpu_${hours}h}
-  exp=${EXP:-exp/synth_en_gpu}
+  exp=$(job_exp default-model)
   say "default-model: $hours h of audio, $(nproc) cores, device $device"
   setup
   corpus "$hours" "$data" "$exp"
@@ -94,7 +94,7 @@ job_default_model() {
 job_compare() {
   local minutes=${1:-5} hours=${2:-20} data exp
   data=${DATA:-data/synth_en_gpu_${hours}h}
-  exp=${EXP:-exp/compare_gpu}
+  exp=$(job_exp compare)
   say "compare: $minutes min of training per encoder on $hours h of audio, $(nproc) cores, device $device"
   setup
   corpus "$hours" "$data" "$exp"
@@ -104,7 +104,7 @@ job_compare() {
     --out "$exp/RESULTS.md"
 }
 
-job_exp() {  # job_exp JOB ARGS...: the EXP folder of a job
+job_exp() {  # job_exp JOB: the EXP folder of a job
   case "$1" in
     default-model) echo "${EXP:-exp/synth_en_gpu}" ;;
     compare) echo "${EXP:-exp/compare_gpu}" ;;
