@@ -6,10 +6,11 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# g++ builds the CPU recurrence; the rest are the offline TTS voices and texts of the synthetic corpus
-# (Debian main only; the non-free MBROLA/pico voices are an opt-in of recipes/synth_en).
-APT_PACKAGES ?= g++ sctk espeak-ng sox flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts \
-	fortune-mod fortunes-min fortunes wordnet-base dict-gcide
+# g++ builds the CPU recurrence, sctk scores; the rest are the offline TTS voices and texts of the synthetic corpus
+# (Debian main only, listed in recipes/synth_en/local/packages.txt; the non-free MBROLA/pico voices are an opt-in
+# of recipes/synth_en).
+TTS_PACKAGES := $(shell awk '!/^\#/ && NF { print $$2 }' recipes/synth_en/local/packages.txt)
+APT_PACKAGES ?= g++ sctk $(TTS_PACKAGES)
 
 .PHONY: setup sysdeps test test-all gpu-test lint format bench demo clean
 

@@ -93,8 +93,7 @@ free_flag=""
 $non_free && free_flag="--non-free"
 
 if runs 0; then
-  packages="espeak-ng sox flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
-            fortune-mod fortunes-min fortunes wordnet-base dict-gcide"
+  packages=$(awk '!/^#/ && NF { print $2 }' recipes/synth_en/local/packages.txt)
   missing=""
   offline=/var/lib/srupp-asr/offline-debs/packages.txt  # what local/install_debs.sh installed from .debs
   for p in $packages; do

@@ -7,9 +7,8 @@
 # Run it here (Debian/Ubuntu amd64, with apt and a reachable registry; `apt-get update` done; root not needed),
 # carry DIR to the other machine and run recipes/synth_en/local/install_debs.sh DIR there, as root.
 #
-# Packages: espeak-ng sox flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts (the voices), and
-# the sentence sources fortune-mod fortunes-min fortunes wordnet-base. dict-gcide (14 MiB for ~9 % of the
-# sentences) is left out unless --with-gcide; --no-text leaves out every text package (the synthesis then needs
+# Packages: those of local/packages.txt: the engines and voices (group engine), and the sentence sources (text).
+# dict-gcide (text-large: 14 MiB for ~9 % of the sentences) is left out unless --with-gcide; --no-text leaves out every text package (the synthesis then needs
 # a sentence pool made elsewhere: OUT_DIR/text/sentences.tsv, or --text FILE).
 #
 # Dependencies: what `apt-get install --no-install-recommends` would install on a system that has only the BASE
@@ -26,9 +25,10 @@
 # size), and prints the total size. Exit status: 0 done, 1 apt failed (one line says why), 2 bad usage.
 set -euo pipefail
 
-ENGINES="espeak-ng sox flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts"
-TEXTS="fortune-mod fortunes-min fortunes wordnet-base"
-GCIDE="dict-gcide"
+group() { awk -v g="$1" '$1 == g { print $2 }' "$(dirname "${BASH_SOURCE[0]}")/packages.txt" | tr '\n' ' '; }
+ENGINES=$(group engine)
+TEXTS=$(group text)
+GCIDE=$(group text-large)
 BASE="base-files base-passwd bash bsdutils coreutils dash debconf debianutils diffutils dpkg findutils gcc-12-base
 grep gzip hostname init-system-helpers libacl1 libattr1 libaudit-common libaudit1 libblkid1 libbz2-1.0 libc-bin
 libc6 libcap-ng0 libcap2 libcrypt1 libdb5.3 libgcc-s1 libgcrypt20 libgmp10 libgpg-error0 liblz4-1 liblzma5 libmd0
