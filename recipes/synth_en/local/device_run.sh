@@ -47,11 +47,14 @@ setup() {
   local installed bin
   installed=$("$py" -c 'import pathlib, srupp_asr; print(pathlib.Path(srupp_asr.__file__).resolve().parents[1])' \
     2>/dev/null || true)
-  if [ "$installed" != "$(pwd -P)" ]; then
-    "$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
-  fi
   bin=$("$py" -c 'import os, sys; print(os.path.dirname(sys.executable))')
   export PATH=$bin:$PATH  # srupp-asr, installed beside the Python that runs it
+  # (run from the checkout, `import srupp_asr` finds it without an install: the console script says whether one
+  # was made)
+  if [ "$installed" != "$(pwd -P)" ] || ! command -v srupp-asr >/dev/null; then
+    "$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
+  fi
+  command -v srupp-asr >/dev/null || { say "srupp-asr was not installed"; return 1; }
   say "python packages ready: $(command -v srupp-asr)"
   if [ "$device" = cuda ]; then "$py" -c 'import torch; print(torch.cuda.get_device_name())'; fi
   # A failed engine check is not fatal: synth-corpus reports and skips the voices that do not work.
@@ -85,7 +88,8 @@ job_default_model() {
   recipes/synth_en/run.sh --stage 6 --stop-stage 7 --data "$data" --exp "$exp" --device "$device" --lm false \
     --pocketsphinx false --decodings "ctc_greedy joint" --beam 10
   say "decoding speed on the device (20 test_seen files, beam 10)"
-  find "$data/corpus/audio/test_seen" -name '*.flac' | sort | head -n 20 >"$exp/rtf_files.txt"
+  # sed, not head: head would stop reading, and sort, killed by SIGPIPE, would fail the pipeline (pipefail)
+  find "$data/corpus/audio/test_seen" -name '*.flac' | sort | sed -n '1,20p' >"$exp/rtf_files.txt"
   # shellcheck disable=SC2046  # one argument per file name (no spaces in corpus names)
   "$py" benchmarks/decoding_speed.py --model "$exp/model" --device "$device" --beam 10 \
     --audio $(cat "$exp/rtf_files.txt") | tee "$exp/decoding_speed_$device.md"
