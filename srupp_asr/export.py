@@ -732,6 +732,35 @@ def read_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     return _read_weights(path, shapes_only=False)
 
 
+def initial_weights(
+    path: str | os.PathLike, model: torch.nn.Module, tokenizer: Tokenizer | None = None
+) -> dict[str, torch.Tensor]:
+    """Weights to start training ``model`` from (``train fit --model.init_from PATH``): a model directory
+    (``export``/``average`` output, read without pickle) or a training checkpoint (``.ckpt``, loaded with
+    ``weights_only``). They must fit ``model`` exactly (every name and shape), and a model directory's tokenizer
+    must have ``tokenizer``'s pieces (the same ids must mean the same text). Returned in the model's dtypes, any
+    stored dtype (float16 shards, say) cast back. Every problem is a one-line UserError naming ``path``."""
+    path = Path(path)
+    if path.is_dir():
+        check_no_pickles(path)
+        weights = read_weights(path)
+        theirs = path / TOKENIZER_FILE
+        if tokenizer is not None and theirs.is_file() and Tokenizer(theirs).pieces() != tokenizer.pieces():
+            raise UserError(
+                f"{path}: its tokenizer ({theirs.name}) differs from the training tokenizer {tokenizer.path}"
+                " (the same ids would mean other pieces); train with its tokenizer"
+            )
+    elif path.is_file():
+        weights = _strip_prefix(load_checkpoint(path)["state_dict"])
+    else:
+        raise UserError(f"{path}: not found (init_from takes a model directory or a training checkpoint)")
+    problem = weights_problem(model, weights)
+    if problem:
+        raise UserError(f"{path}: does not fit the model being trained ({problem})")
+    expected = model.state_dict()
+    return {key: value.to(expected[key].dtype) for key, value in weights.items()}
+
+
 def read_weight_shapes(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The tensors :func:`read_weights` would return, as meta tensors of their shapes (reads the headers only)."""
     return _read_weights(path, shapes_only=True)

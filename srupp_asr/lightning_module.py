@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from srupp_asr.errors import UserError
+from srupp_asr.export import initial_weights
 from srupp_asr.frontend import load_cmvn
 from srupp_asr.model import ASRModel
 from srupp_asr.schedulers import NoamLR
@@ -72,9 +73,12 @@ class ASRLightningModule(L.LightningModule):
         warmup_steps: int = 25000,
         optimizer: Literal["adam", "adamw"] = "adam",
         max_consecutive_nonfinite: int = 100,
+        init_from: str | None = None,
     ) -> None:
         """``tokenizer``: sentencepiece model path; ``cmvn``: JSON stats from ``frontend.save_cmvn``; the
-        network arguments are :class:`ASRModel`'s; ``lr`` is the Noam schedule's peak, reached at ``warmup_steps``."""
+        network arguments are :class:`ASRModel`'s; ``lr`` is the Noam schedule's peak, reached at ``warmup_steps``;
+        ``init_from``: a model directory or training checkpoint whose weights a new fit starts from (see
+        :meth:`setup`)."""
         super().__init__()
         self.save_hyperparameters()
         if optimizer not in OPTIMIZERS:
@@ -108,6 +112,22 @@ class ASRLightningModule(L.LightningModule):
         self._skip_backward = False
         self._wer_counts = [0, 0]  # word errors, reference words (this rank, this validation run)
         self._resumed_rng_states: dict[str, Any] | None = None
+
+    def setup(self, stage: str) -> None:
+        """At the start of a fit with ``init_from``, load its weights (fine-tuning, or training an exported model
+        further). Its CMVN stats come with them, since its weights were trained on features normalised with those;
+        ``cmvn`` is then overridden. Resuming with ``--ckpt_path`` restores that checkpoint after this, so a resumed
+        run goes on from its own weights. The optimizer and the LR schedule start afresh."""
+        if stage != "fit" or not self.hparams.init_from:
+            return
+        source = self.hparams.init_from
+        weights = initial_weights(source, self.model, self.tokenizer)
+        if self.hparams.cmvn is not None:
+            current = self.model.state_dict()
+            if any(not torch.equal(weights[k], current[k]) for k in current if k.startswith("cmvn.")):
+                log.warning("model.init_from %s: its CMVN stats replace model.cmvn's (%s)", source, self.hparams.cmvn)
+        self.model.load_state_dict(weights)
+        log.info("model.init_from: starting from the weights of %s", source)
 
     # ---------------------------------------------------------------- training
 

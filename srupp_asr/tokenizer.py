@@ -144,6 +144,10 @@ class Tokenizer:
         """The sentencepiece piece of ``token_id`` (``▁`` marks a word start)."""
         return self._sp.id_to_piece(int(token_id))
 
+    def pieces(self) -> list[str]:
+        """Every piece, in id order: two tokenizers with the same pieces encode text to the same ids."""
+        return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
+
     def __len__(self) -> int:
         return self.vocab_size
 

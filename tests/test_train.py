@@ -291,3 +291,98 @@ def test_shipped_configs_parse(name, tokenizer_path, capsys):
     assert printed["model"]["encoder"] == ("srupp" if name in ("train_srupp", "tiny_cpu") else name.split("_")[1])
     assert printed["trainer"]["use_distributed_sampler"] is False
     assert printed["checkpoint"]["save_last"] is True
+
+
+class FirstBatchWeights(L.Callback):
+    """The module's weights as they stand when the first training batch starts."""
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: dict, idx: int) -> None:
+        if not hasattr(self, "weights"):
+            self.weights = {k: v.detach().clone() for k, v in module.model.state_dict().items()}
+
+
+def _fit_one_step(module: ASRLightningModule, max_steps: int = 1, **fit_kwargs) -> dict[str, torch.Tensor]:
+    """Weights at the start of the first training batch of a fit of ``module`` (one batch per epoch)."""
+    seen = FirstBatchWeights()
+    loader = torch.utils.data.DataLoader(synthetic_batches(module.tokenizer, 1), batch_size=None)
+    cpu_trainer(max_steps, [seen]).fit(module, train_dataloaders=loader, **fit_kwargs)
+    return seen.weights
+
+
+def test_init_from_a_model_directory_starts_the_fit_from_its_weights(tokenizer_path, tmp_path):
+    from srupp_asr.export import export_model
+
+    torch.manual_seed(1)
+    trained = ASRLightningModule(tokenizer_path, **NETWORK)
+    trained.model.set_cmvn(torch.full((80,), 2.0), torch.full((80,), 3.0))
+    with torch.no_grad():
+        for p in trained.model.parameters():
+            p.add_(0.5)  # far from any fresh initialisation
+    model_dir = export_model(
+        trained.model.state_dict(), trained.model.config, tokenizer_path, tmp_path / "model", dtype=torch.float16
+    )
+    save_cmvn(tmp_path / "other_cmvn.json", torch.zeros(80), torch.ones(80))
+    torch.manual_seed(2)
+    module = ASRLightningModule(
+        tokenizer_path, cmvn=str(tmp_path / "other_cmvn.json"), init_from=str(model_dir), **NETWORK
+    )
+    assert torch.equal(module.model.cmvn.mean, torch.zeros(80))  # nothing is loaded before the fit
+    start = _fit_one_step(module)
+    for key, value in trained.model.state_dict().items():
+        expected = value if key.startswith("cmvn.") else value.to(torch.float16).float()  # stored in float16
+        assert torch.equal(start[key], expected), key
+    # its CMVN stats came with the weights, replacing model.cmvn's
+    assert torch.equal(start["cmvn.mean"], torch.full((80,), 2.0))
+    assert not torch.equal(module.model.ctc.weight, start["ctc.weight"])  # and the fit went on from there
+
+
+def test_init_from_a_checkpoint_and_a_resume_takes_precedence(tokenizer_path, tmp_path):
+    torch.manual_seed(3)
+    source = ASRLightningModule(tokenizer_path, **NETWORK)
+    loader = torch.utils.data.DataLoader(synthetic_batches(source.tokenizer, 2), batch_size=None)
+    trainer = cpu_trainer(2, [])
+    trainer.fit(source, train_dataloaders=loader)
+    trainer.save_checkpoint(tmp_path / "source.ckpt")
+    module = ASRLightningModule(tokenizer_path, init_from=str(tmp_path / "source.ckpt"), **NETWORK)
+    start = _fit_one_step(module)
+    assert all(torch.equal(start[k], v) for k, v in source.model.state_dict().items())
+
+    torch.manual_seed(4)
+    other = ASRLightningModule(tokenizer_path, **NETWORK)
+    trainer = cpu_trainer(1, [])
+    trainer.fit(
+        other, train_dataloaders=torch.utils.data.DataLoader(synthetic_batches(other.tokenizer, 1), batch_size=None)
+    )
+    trainer.save_checkpoint(tmp_path / "resume.ckpt")
+    module = ASRLightningModule(tokenizer_path, init_from=str(tmp_path / "source.ckpt"), **NETWORK)
+    assert not torch.equal(other.model.ctc.weight, source.model.ctc.weight)
+    # resume.ckpt is at step 1: one more step, which starts from its weights, not init_from's
+    start = _fit_one_step(module, max_steps=2, ckpt_path=str(tmp_path / "resume.ckpt"))
+    assert all(torch.equal(start[k], v) for k, v in other.model.state_dict().items())
+
+
+def test_init_from_problems_are_one_line_errors_naming_the_source(tokenizer_path, tmp_path):
+    from srupp_asr.export import export_model
+
+    small = ASRLightningModule(tokenizer_path, **NETWORK)
+    model_dir = export_model(small.model.state_dict(), small.model.config, tokenizer_path, tmp_path / "model")
+    deeper = {**NETWORK, "encoder_conf": {**NETWORK["encoder_conf"], "num_layers": 2}}
+    cases = [
+        (tmp_path / "absent", NETWORK, tokenizer_path, "not found"),
+        (model_dir, deeper, tokenizer_path, r"does not fit the model being trained \(missing weights encoder"),
+    ]
+    other_tokenizer = tmp_path / "other.model"
+    Tokenizer.train(
+        [*reversed(SPOKEN), "seven six five four three two one"], other_tokenizer, vocab_size=60, model_type="char"
+    )
+    if Tokenizer(other_tokenizer).pieces() != Tokenizer(tokenizer_path).pieces():
+        cases.append((model_dir, NETWORK, str(other_tokenizer), "differs from the training tokenizer"))
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    cases.append((junk, NETWORK, tokenizer_path, "not a readable PyTorch checkpoint"))
+    for source, network, tokenizer, message in cases:
+        module = ASRLightningModule(tokenizer, init_from=str(source), **network)
+        with pytest.raises(UserError, match=rf"^{source}: .*{message}") as err:
+            module.setup("fit")
+        assert "\n" not in str(err.value)
+        module.setup("validate")  # only a fit starts from init_from
