@@ -23,14 +23,24 @@
 #
 # Each phase's start and end go to EXP/pipeline.log with a time stamp; EXP/{DONE,FAILED} mark the end.
 #
+# Training the shipped model further (INIT=srupp_asr/default_model: `train fit --model.init_from`, same corpus
+# seed, so the same tokenizer). The checkout with that model (31 MB), .whl and .debs is more than the 64 MiB
+# one call may send, so the model comes in the second call:
+#   here:  git rm -r -q --cached srupp_asr/default_model && echo /srupp_asr/default_model/ >>.git/info/exclude
+#   call 1 (carry .whl .debs): INIT=srupp_asr/default_model TRAIN_ARGS="--model.lr 0.001" \
+#          recipes/synth_en/local/device_run.sh start default-model 30
+#   here:  delete that line from .git/info/exclude; git add srupp_asr/default_model
+#   call 2 (carry .whl only; .debs stays there): recipes/synth_en/local/device_run.sh wait 560
+# The job synthesises meanwhile and, before training, waits up to 15 minutes for INIT/config.yaml.
+#
 # Environment (for a dry run on a CPU: PYTHON=.venv/bin/python NO_WHEELS=1 DEVICE=cpu TRAIN_ARGS="..."):
 # PYTHON (default python3), NO_WHEELS (set: do not install .whl), DEVICE (default cuda), TRAIN_ARGS (appended to
-# `srupp-asr train fit` by default-model), LEASE_MINUTES (default 24), DATA and EXP (default
+# `srupp-asr train fit` by default-model), INIT (default-model: a model directory to start training from),
+# INIT_WAIT (seconds to wait for INIT, default 900), LEASE_MINUTES (default 24), DATA and EXP (default
 # data/synth_en_gpu_<HOURS>h and exp/synth_en_gpu or exp/compare_gpu); for compare, CONFIG (default
 # conf/synth_en_gpu.yaml) and LENGTHS (long-form minutes, default "1 5 20").
 set -euo pipefail
-script=$(realpath "$0")
-cd "$(dirname "$script")/../../.."
+script=$(realpath "${BASH_SOURCE[0]}")
 
 py=${PYTHON:-python3}
 device=${DEVICE:-cuda}
@@ -75,6 +85,11 @@ job_default_model() {
   say "default-model: $hours h of audio, $(nproc) cores, device $device"
   setup
   corpus "$hours" "$data" "$exp"
+  local train_args=${TRAIN_ARGS:-}
+  if [ -n "${INIT:-}" ]; then
+    wait_for "$INIT/config.yaml" "${INIT_WAIT:-900}"
+    train_args="--model.init_from $INIT $train_args"
+  fi
   # Training gets what the lease has left: LEASE_MINUTES (default 24: the lease's 30 minutes less the machine's
   # start and the collect call) from the job's start, less 4 minutes for averaging, decoding and the speed
   # benchmark; at most the config's 12 minutes, at least 3.
@@ -83,7 +98,7 @@ job_default_model() {
   say "training for $((budget / 60)) min $((budget % 60)) s"
   recipes/synth_en/run.sh --stage 4 --stop-stage 5 --data "$data" --exp "$exp" --config conf/synth_en_gpu.yaml \
     --device "$device" --lm false --pocketsphinx false --average-args "--dtype float16 --max-shard-size 15MiB" \
-    --train-args "--trainer.max_time 00:00:$(printf '%02d:%02d' $((budget / 60)) $((budget % 60))) ${TRAIN_ARGS:-}"
+    --train-args "--trainer.max_time 00:00:$(printf '%02d:%02d' $((budget / 60)) $((budget % 60))) $train_args"
   say "model exported: $(du -sh "$exp/model" | cut -f1)"
   recipes/synth_en/run.sh --stage 6 --stop-stage 7 --data "$data" --exp "$exp" --device "$device" --lm false \
     --pocketsphinx false --decodings "ctc_greedy joint" --beam 10
@@ -106,6 +121,17 @@ job_compare() {
   "$py" benchmarks/compare_encoders.py --config "${CONFIG:-conf/synth_en_gpu.yaml}" --presets gpu \
     --device "$device" --minutes "$minutes" --data "$data" --exp "$exp" --lengths ${LENGTHS:-1 5 20} \
     --out "$exp/RESULTS.md"
+}
+
+wait_for() {  # wait_for FILE SECONDS: until FILE exists (a later call brings it); fail after SECONDS
+  local waited=0
+  while [ ! -f "$1" ]; do
+    if [ "$waited" -ge "$2" ]; then say "$1 did not arrive within $2 s"; return 1; fi
+    if [ $((waited % 60)) -eq 0 ]; then say "waiting for $1 (sent by a later call)"; fi
+    sleep 5
+    waited=$((waited + 5))
+  done
+  say "$1 is here"
 }
 
 job_exp() {  # job_exp JOB: the EXP folder of a job
@@ -139,6 +165,9 @@ watch_log() {  # watch_log SECONDS: print the job log's new lines until DONE/FAI
   return 0
 }
 
+# Sourced (the tests call its functions), the script stops here.
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then return 0; fi
+cd "$(dirname "$script")/../../.."
 case "${1:-}" in
   start)
     job=${2:?start needs a job: default-model or compare}
