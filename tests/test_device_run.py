@@ -51,25 +51,19 @@ def test_usage_and_an_unknown_job_are_one_line_errors():
     assert done.stderr == "device_run.sh: unknown job 'bogus' (default-model or compare)\n"
 
 
+def _sourced(code: str) -> subprocess.CompletedProcess:
+    """Runs ``code`` in bash after sourcing the script (its functions, without running a command)."""
+    return subprocess.run(
+        ["bash", "-c", f'source "{SCRIPT}"; {code}'], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 def test_the_job_waits_for_a_model_that_a_later_call_brings(tmp_path):
     config = tmp_path / "model" / "config.yaml"
-    arrives = f'( sleep 1; mkdir -p "{config.parent}"; touch "{config}" ) &'
-    done = subprocess.run(
-        ["bash", "-c", f'source "{SCRIPT}"; {arrives} wait_for "{config}" 30'],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _sourced(f'( sleep 1; mkdir -p "{config.parent}"; touch "{config}" ) & wait_for "{config}" 30')
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"waiting for {config}" in done.stdout and done.stdout.rstrip().endswith(f"{config} is here")
-    done = subprocess.run(
-        ["bash", "-c", f'source "{SCRIPT}"; wait_for "{tmp_path}/never" 0'],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _sourced(f'wait_for "{tmp_path}/never" 0')
     assert done.returncode == 1 and done.stdout.rstrip().endswith(f"{tmp_path}/never did not arrive within 0 s")
 
 
