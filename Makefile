@@ -56,7 +56,9 @@ demo: setup
 	@sample=$$(find data/synth_en/corpus/audio/test_unseen -name '*.flac' | sort | head -n 1); \
 	  echo "transcribing $$sample with exp/synth_en/model:"; \
 	  $(VENV)/bin/srupp-asr transcribe --model exp/synth_en/model -f json -o exp/synth_en/demo "$$sample" && \
-	  $(VENV)/bin/srupp-asr transcribe --model exp/synth_en/model "$$sample"
+	  $(VENV)/bin/srupp-asr transcribe --model exp/synth_en/model "$$sample" && \
+	  echo "and with the built-in default model (srupp_asr/default_model, trained on a GPU):" && \
+	  $(VENV)/bin/srupp-asr transcribe "$$sample"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
