@@ -1,7 +1,9 @@
 """recipes/synth_en/local/device_run.sh: GPU jobs that run in the background across short device calls.
 
 Fast: usage and unknown jobs are one-line errors with exit status 2, `wait` reports a job that failed (exit 1) or
-finished (exit 0, its RESULTS.md printed), `collect` copies what the job left, and the script passes shellcheck.
+finished (exit 0, its RESULTS.md printed), `collect` copies what the job left, the job waits for a model a later
+call brings, and the script passes shellcheck. lease_tree.sh (in a clone) sizes what a call sends, and hides and
+restores the committed default model.
 Slow (``-m slow``, a few minutes): the default-model job end to end on the CPU on a tiny corpus, as the README's
 dry run: its model directory is float16 shards that ``srupp-asr transcribe`` loads.
 """
@@ -19,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "recipes" / "synth_en" / "local" / "device_run.sh"
 CURRENT = ROOT / "exp" / "device_job.txt"
+LEASE_TREE = Path("recipes") / "synth_en" / "local" / "lease_tree.sh"
 
 
 def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -107,7 +110,9 @@ def test_collect_copies_the_model_results_and_logs(tmp_path, keep_current_job):
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="needs shellcheck")
 def test_shellcheck_clean():
-    done = subprocess.run(["shellcheck", "-x", str(SCRIPT)], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        ["shellcheck", "-x", str(SCRIPT), str(ROOT / LEASE_TREE)], capture_output=True, text=True, cwd=ROOT
+    )
     assert done.returncode == 0, done.stdout
 
 
@@ -138,3 +143,35 @@ def test_default_model_job_dry_run_on_the_cpu(tmp_path, keep_current_job):
     wav = sorted((tmp_path / "data" / "corpus" / "audio" / "test_seen").rglob("*.flac"))[0]
     cli = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "--model", str(model), str(wav)]
     assert subprocess.run(cli, capture_output=True, text=True, timeout=120).returncode == 0
+
+
+def test_lease_tree_keeps_the_default_model_out_of_a_call_and_brings_it_back(tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    (clone / ".git" / "info" / "exclude").write_text("/.carry/\n")  # carried folders are ignored ones
+    (clone / ".carry").mkdir()
+    with open(clone / ".carry" / "wheels.bin", "wb") as f:
+        f.truncate(36 * 2**20)  # sparse: its size is what counts
+
+    def lease_tree(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(clone / LEASE_TREE), *args], capture_output=True, text=True, timeout=60, check=False
+        )
+
+    over = lease_tree("size", ".carry")
+    assert over.returncode == 1 and "over the limit" in over.stderr and "+ carried 36.0 MiB" in over.stdout
+    assert lease_tree("hide").returncode == 0
+    status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout.splitlines() and all(
+        line.startswith("D  srupp_asr/default_model/") for line in status.stdout.splitlines()
+    )
+    under = lease_tree("size", ".carry")
+    assert under.returncode == 0 and under.stdout.startswith("checkout ")
+    assert (clone / "srupp_asr" / "default_model" / "config.yaml").is_file()  # the files stay where they are
+    assert lease_tree("restore").returncode == 0
+    status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == "" and (clone / ".git" / "info" / "exclude").read_text() == "/.carry/\n"
+    lease_tree("hide")
+    (clone / "srupp_asr" / "default_model" / "config.yaml").write_text("changed: true\n")
+    changed = lease_tree("restore")
+    assert changed.returncode == 1 and "differs from the last commit" in changed.stderr

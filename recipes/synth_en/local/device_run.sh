@@ -25,12 +25,13 @@
 #
 # Training the shipped model further (INIT=srupp_asr/default_model: `train fit --model.init_from`, same corpus
 # seed, so the same tokenizer). The checkout with that model (31 MB), .whl and .debs is more than the 64 MiB
-# one call may send, so the model comes in the second call:
-#   here:  git rm -r -q --cached srupp_asr/default_model && echo /srupp_asr/default_model/ >>.git/info/exclude
+# one call may send (local/lease_tree.sh size .whl .debs), so the model comes in the second call:
+#   here:  recipes/synth_en/local/lease_tree.sh hide
 #   call 1 (carry .whl .debs): INIT=srupp_asr/default_model TRAIN_ARGS="--model.lr 0.001" \
 #          recipes/synth_en/local/device_run.sh start default-model 30
-#   here:  delete that line from .git/info/exclude; git add srupp_asr/default_model
+#   here:  recipes/synth_en/local/lease_tree.sh restore
 #   call 2 (carry .whl only; .debs stays there): recipes/synth_en/local/device_run.sh wait 560
+# The compare job needs no model: hide it for the whole lease.
 # The job synthesises meanwhile and, before training, waits up to 15 minutes for INIT/config.yaml.
 #
 # Environment (for a dry run on a CPU: PYTHON=.venv/bin/python NO_WHEELS=1 DEVICE=cpu TRAIN_ARGS="..."):
