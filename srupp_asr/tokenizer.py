@@ -145,7 +145,7 @@ class Tokenizer:
         return self._sp.id_to_piece(int(token_id))
 
     def pieces(self) -> list[str]:
-        """Every piece, in id order: two tokenizers with the same pieces encode text to the same ids."""
+        """Every piece, in id order: where two tokenizers have the same pieces, an id means the same text in both."""
         return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
 
     def __len__(self) -> int:
