@@ -1,5 +1,6 @@
-"""The CPU extension's pool of output buffers (kernels/sru_cpu.cpp): freed outputs are reused, live ones never
-are, results do not depend on it, and its limit ($SRUPP_CPU_POOL_MB, ``set_pool_limit``) holds."""
+"""The CPU extension's pool of output buffers (kernels/sru_cpu.cpp; opt-in, off by default): freed outputs are
+reused, live ones never are, results do not depend on it, and its limit ($SRUPP_CPU_POOL_MB, ``set_pool_limit``)
+holds."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def test_the_limit_bounds_what_is_kept(pool_limit):
     assert EXT.pool_stats()[:3] == [0, 0, 0]
 
 
-@pytest.mark.parametrize(("env", "limit"), [(None, 1024 * MiB), ("0", 0), ("64", 64 * MiB)])
+@pytest.mark.parametrize(("env", "limit"), [(None, 0), ("0", 0), ("64", 64 * MiB)])
 def test_the_limit_comes_from_the_environment(env, limit):
     environ = {k: v for k, v in os.environ.items() if k != "SRUPP_CPU_POOL_MB"}
     if env is not None:
