@@ -87,10 +87,10 @@ def straight(corpus, overrides, tmp_path_factory) -> tuple[dict[str, torch.Tenso
     return load_weights(folder / "weights" / "rank0.pt"), time.monotonic() - start
 
 
-def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], context: str = "") -> None:
     assert a.keys() == b.keys()
     worst = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
-    assert worst <= 1e-6, f"the resumed run's weights differ from the uninterrupted run's by up to {worst:.3g}"
+    assert worst <= 1e-6, f"the resumed run's weights differ from the uninterrupted run's by up to {worst:.3g}{context}"
 
 
 def assert_every_checkpoint_complete(folder: Path) -> list[int]:
@@ -127,7 +127,7 @@ def test_kill_9_at_random_moments_then_resume_ends_where_an_uninterrupted_run_do
     args = train_args(corpus, root, weights, 1, overrides)
     env = {**os.environ, "PYTHONPATH": str(REPO), "SRUPP_ASR_TRUSTED_CLASSES": "tests"}
     rng = random.Random(9)
-    kills, steps_seen = 0, []
+    kills, steps_seen, delays = 0, [], []
     for attempt in range(12):
         last = root / "checkpoints" / "last.ckpt"
         resume = ["--ckpt_path=last"] if last.exists() else []
@@ -135,6 +135,7 @@ def test_kill_9_at_random_moments_then_resume_ends_where_an_uninterrupted_run_do
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         # Anywhere from start-up to the last steps (a save follows every step, so some kills land mid-save).
         delay = rng.uniform(0.3, 1.0) * straight[1] if attempt < 4 else None
+        delays.append(delay)
         try:
             _, stderr = proc.communicate(timeout=delay or 300)
             assert proc.returncode == 0, stderr[-3000:]
@@ -146,7 +147,9 @@ def test_kill_9_at_random_moments_then_resume_ends_where_an_uninterrupted_run_do
         steps_seen.append(assert_every_checkpoint_complete(root / "checkpoints"))
     assert (weights / "rank0.pt").exists(), f"the run did not finish; checkpoints seen after kills: {steps_seen}"
     assert kills >= 1, "no kill landed before the run finished; raise the delays"
-    assert_same_weights(straight[0], load_weights(weights / "rank0.pt"))
+    # On a failure, say when the kills landed (the uninterrupted run's time sets them) and what each left.
+    context = f"; uninterrupted run {straight[1]:.1f} s, kill delays {delays}, checkpoint steps after each {steps_seen}"
+    assert_same_weights(straight[0], load_weights(weights / "rank0.pt"), context)
 
 
 def test_a_corrupt_last_checkpoint_is_a_one_line_error_naming_it(corpus, overrides, tmp_path):
