@@ -212,8 +212,8 @@ void backward_impl(const F* u, const F* x, const F* wc, const F* bias, const F* 
 // - opt-in ($SRUPP_CPU_POOL_MB, default 0 = off): a pool that keeps freed output buffers (up to that many
 //   MiB) and hands them to the next call, like the CUDA caching allocator. Training allocates the same few
 //   sizes at every step, so this removes the faults altogether (forward+backward about 25% faster on the
-//   benchmark). It is off by default because a resume-exactness test (kill -9 at random moments) failed in
-//   2 of 12 runs with it on and 0 of 5 without, for a reason not yet found.
+//   benchmark). It is off by default because a resume-exactness test (kill -9 at random moments) failed 3
+//   times in about 30 runs with it on and never in about 20 without, for a reason not yet found.
 torch::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options) {
   auto t = torch::empty(sizes, options);
 #ifdef MADV_HUGEPAGE
@@ -267,13 +267,7 @@ class BufferPool {
       } else {
         free_.emplace(capacity, p);
         pooled_ += capacity;
-        while (pooled_ > limit_) {  // drop the largest other buffers first
-          auto victim = std::prev(free_.end());
-          if (victim->second == p) victim = std::prev(victim);
-          pooled_ -= victim->first;
-          drop.push_back(victim->second);
-          free_.erase(victim);
-        }
+        trim(p, &drop);
       }
     }
     for (void* q : drop) std::free(q);
@@ -284,14 +278,14 @@ class BufferPool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       limit_ = bytes;
-      while (pooled_ > limit_) {
-        auto victim = std::prev(free_.end());
-        pooled_ -= victim->first;
-        drop.push_back(victim->second);
-        free_.erase(victim);
-      }
+      trim(nullptr, &drop);
     }
     for (void* q : drop) std::free(q);
+  }
+
+  size_t limit() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return limit_;
   }
 
   std::vector<int64_t> stats() {
@@ -301,6 +295,18 @@ class BufferPool {
 
  private:
   static constexpr size_t kHuge = size_t(2) << 20;
+
+  // With mu_ held: moves the largest buffers other than `keep` to `drop` until the pool is within its limit
+  // (`keep`, just given back, is at most the limit itself, so another buffer is always there to drop).
+  void trim(const void* keep, std::vector<void*>* drop) {
+    while (pooled_ > limit_) {
+      auto victim = std::prev(free_.end());
+      if (victim->second == keep) victim = std::prev(victim);
+      pooled_ -= victim->first;
+      drop->push_back(victim->second);
+      free_.erase(victim);
+    }
+  }
 
   BufferPool() {
     const char* env = std::getenv("SRUPP_CPU_POOL_MB");
@@ -322,7 +328,7 @@ torch::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& optio
   const size_t bytes = size_t(c10::multiply_integers(sizes)) * options.dtype().itemsize();
   BufferPool& pool = BufferPool::instance();
   if (bytes < kPoolMinBytes) return torch::empty(sizes, options);
-  if (pool.stats()[0] == 0) return empty_huge(sizes, options);
+  if (pool.limit() == 0) return empty_huge(sizes, options);
   size_t capacity = 0;
   void* p = pool.take(bytes, &capacity);
   return torch::from_blob(p, sizes, [capacity](void* q) { BufferPool::instance().give(q, capacity); }, options);
