@@ -371,12 +371,13 @@ def test_init_from_problems_are_one_line_errors_naming_the_source(tokenizer_path
         (tmp_path / "absent", NETWORK, tokenizer_path, "not found"),
         (model_dir, deeper, tokenizer_path, r"does not fit the model being trained \(missing weights encoder"),
     ]
+    # The same characters in other proportions: as many pieces (so every shape fits), in another order.
     other_tokenizer = tmp_path / "other.model"
-    Tokenizer.train(
-        [*reversed(SPOKEN), "seven six five four three two one"], other_tokenizer, vocab_size=60, model_type="char"
-    )
-    if Tokenizer(other_tokenizer).pieces() != Tokenizer(tokenizer_path).pieces():
-        cases.append((model_dir, NETWORK, str(other_tokenizer), "differs from the training tokenizer"))
+    text = [*SPOKEN, "one two three four five six seven", "gggggggg vvvvvvvv"]
+    Tokenizer.train(text, other_tokenizer, vocab_size=60, model_type="char")
+    other, ours = Tokenizer(other_tokenizer), Tokenizer(tokenizer_path)
+    assert other.vocab_size == ours.vocab_size and other.pieces() != ours.pieces()
+    cases.append((model_dir, NETWORK, str(other_tokenizer), "differs from the training tokenizer"))
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"not a checkpoint")
     cases.append((junk, NETWORK, tokenizer_path, "not a readable PyTorch checkpoint"))
