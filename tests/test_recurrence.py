@@ -21,7 +21,7 @@ def _random_cases(n: int, seed: int = 1234):
     return cases
 
 
-CASES = _random_cases(10) + [(50, 3, 96)]  # d = 48: whole 16-column vectors in a block shorter than 64
+CASES = [*_random_cases(10), (50, 3, 96)]  # d = 48: whole 16-column vectors in a block shorter than 64
 
 
 @pytest.fixture(params=["vector", "generic"])
