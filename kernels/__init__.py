@@ -136,13 +136,27 @@ def _cpu_build_dir(flags: list[str]) -> Path:
     return folder
 
 
+def cpu_pool_limit() -> int | None:
+    """The CPU output pool's limit in bytes from ``$SRUPP_CPU_POOL_MB`` (None: unset, keep the extension's
+    default of 1024 MiB; 0 turns the pool off). Anything but a whole number of MiB is a ``UserError``."""
+    value = os.environ.get("SRUPP_CPU_POOL_MB", "").strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        from srupp_asr.errors import UserError
+
+        raise UserError(f"SRUPP_CPU_POOL_MB={value!r}: not a whole number of MiB (0 turns the output pool off)")
+    return int(value) * 2**20
+
+
 @functools.cache
 def cpu_extension():
     """Build (first call; torch caches it on disk) and load the CPU extension of the recurrence.
 
     Raises ``BackendUnavailable`` with a one-line reason when it cannot be built, e.g. no C++
-    compiler is installed.
+    compiler is installed. Its output pool gets the limit of ``$SRUPP_CPU_POOL_MB`` (see :func:`cpu_pool_limit`).
     """
+    limit = cpu_pool_limit()  # a bad value fails before the build
     # Importing cpp_extension on a machine without the CUDA toolkit logs a warning about
     # CUDA_HOME that does not concern this CPU-only build.
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
@@ -154,7 +168,7 @@ def cpu_extension():
     log.info("building the SRU CPU extension (once; cached by torch)")
     try:
         build_dir = _cpu_build_dir(flags)
-        return cpp_extension.load(
+        ext = cpp_extension.load(
             name="srupp_sru_cpu",
             sources=[str(build_dir / CPU_SOURCE.name)],
             extra_include_paths=[str(build_dir)],
@@ -166,3 +180,6 @@ def cpu_extension():
     except (OSError, RuntimeError, ImportError) as err:  # no compiler, failed build, ...
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BackendUnavailable(f"cannot build the SRU CPU extension ({first}); is g++ installed?") from err
+    if limit is not None:
+        ext.set_pool_limit(limit)
+    return ext

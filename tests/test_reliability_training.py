@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import torch
 
+from srupp_asr import kernels
 from srupp_asr.checkpoints import PARTIAL_SUFFIX, AtomicCheckpointIO, load_checkpoint
 from srupp_asr.errors import UserError
 from srupp_asr.train import run_train
@@ -80,7 +81,12 @@ def overrides(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def straight(corpus, overrides, tmp_path_factory) -> tuple[dict[str, torch.Tensor], float]:
-    """The final weights of the uninterrupted 8-step run, and its wall time in seconds."""
+    """The final weights of the uninterrupted 8-step run, and its wall time in seconds.
+
+    The CPU extension is built first (a no-op when torch's cache has it): the first run after a change to the
+    kernel's source would otherwise include the build (about 20 s) in the time the kill delays scale by, and
+    every kill would then land after the killed run had finished."""
+    kernels.cpu_extension()
     folder = tmp_path_factory.mktemp("straight")
     start = time.monotonic()
     srupp_asr_train(train_args(corpus, folder / "exp", folder / "weights", 4, overrides))
@@ -171,7 +177,8 @@ def test_a_pickled_object_in_a_checkpoint_is_refused(tmp_path):
 WRITE_UNDER_A_FILE_SIZE_LIMIT = textwrap.dedent(
     """
     import resource, signal, sys, torch
-    from srupp_asr.checkpoints import AtomicCheckpointIO
+    from srupp_asr import kernels
+from srupp_asr.checkpoints import AtomicCheckpointIO
     from srupp_asr.errors import UserError
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() fails with EFBIG, as with ENOSPC
     resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
