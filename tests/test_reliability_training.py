@@ -177,8 +177,7 @@ def test_a_pickled_object_in_a_checkpoint_is_refused(tmp_path):
 WRITE_UNDER_A_FILE_SIZE_LIMIT = textwrap.dedent(
     """
     import resource, signal, sys, torch
-    from srupp_asr import kernels
-from srupp_asr.checkpoints import AtomicCheckpointIO
+    from srupp_asr.checkpoints import AtomicCheckpointIO
     from srupp_asr.errors import UserError
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() fails with EFBIG, as with ENOSPC
     resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
