@@ -259,28 +259,78 @@ inline void backward_columns(const F* up, const F* xp, const F* cprev, const F* 
 }
 
 #if defined(__AVX512F__)
-// The float steps on AVX-512, 16 columns at a time: the equations of sru_step.h with the exponent in base 2 from
-// two FMAs, vscalefps for 2^n, vrcp14ps + one Newton step for 1 / (1 + e), and u's gates de-interleaved by
-// shuffles (42 vector operations per 16 columns of the forward instead of the 54 compiled from the scalar
-// step). The tests check both forms against float64.
+// The float steps on AVX-512: the equations of sru_step.h with the exponent in base 2 from two FMAs, vscalefps for
+// 2^n, vrcp14ps + one Newton step for 1 / (1 + e), and u's gates de-interleaved by shuffles (42 vector operations
+// per 16 columns of the forward instead of the 54 compiled from the scalar step). A step's dependency chain (from
+// c_prev through both exponentials to c) is about 60 cycles long, so NV vectors (16 NV columns, 4 for a whole
+// block) are done at once, each operation written for all of them together, and the compiler interleaves their
+// NV independent chains. The tests check both forms against float64.
+template <int NV>
+inline void forward_vectors(const float* up, const float* xp, const Columns<float>& p, int64_t j, float* c,
+                            float* hb) {
+  const __m512 k = _mm512_set1_ps(-avx512::kLog2e);
+  __m512 u0[NV], u1[NV], u2[NV], c_prev[NV], f[NV], r[NV];
+  for (int v = 0; v < NV; ++v) {
+    const int64_t q = j + 16 * v;
+    avx512::load_gates(up + 3 * q, &u0[v], &u1[v], &u2[v]);
+    c_prev[v] = _mm512_load_ps(c + q);
+    f[v] = _mm512_fmadd_ps(_mm512_load_ps(p.sv + q), c_prev[v], _mm512_fmadd_ps(u0[v], k, _mm512_load_ps(p.sbf + q)));
+    r[v] = _mm512_fmadd_ps(_mm512_load_ps(p.svr + q), c_prev[v], _mm512_fmadd_ps(u1[v], k, _mm512_load_ps(p.sbr + q)));
+  }
+  for (int v = 0; v < NV; ++v) f[v] = avx512::sigmoid_log2(f[v]);
+  for (int v = 0; v < NV; ++v) r[v] = avx512::sigmoid_log2(r[v]);
+  for (int v = 0; v < NV; ++v) {
+    const int64_t q = j + 16 * v;
+    const __m512 c_new = _mm512_fmadd_ps(f[v], _mm512_sub_ps(c_prev[v], u2[v]), u2[v]);  // f c + (1 - f) u2
+    const __m512 xv = _mm512_loadu_ps(xp + q);
+    _mm512_store_ps(hb + q, _mm512_fmadd_ps(r[v], _mm512_sub_ps(c_new, xv), xv));  // r c + (1 - r) x
+    _mm512_store_ps(c + q, c_new);
+  }
+}
+
 template <>
 inline void forward_columns<float>(const float* up, const float* xp, const Columns<float>& p, float* c, float* hb,
                                    int64_t n) {
   if (n % 16 != 0 || !g_vector_form.load(std::memory_order_relaxed))
     return forward_columns_generic(up, xp, p, c, hb, n);
-  const __m512 k = _mm512_set1_ps(-avx512::kLog2e);
-  for (int64_t j = 0; j < n; j += 16) {
-    __m512 u0, u1, u2;
-    avx512::load_gates(up + 3 * j, &u0, &u1, &u2);
-    const __m512 c_prev = _mm512_load_ps(c + j);
-    const __m512 f = avx512::sigmoid_log2(
-        _mm512_fmadd_ps(_mm512_load_ps(p.sv + j), c_prev, _mm512_fmadd_ps(u0, k, _mm512_load_ps(p.sbf + j))));
-    const __m512 r = avx512::sigmoid_log2(
-        _mm512_fmadd_ps(_mm512_load_ps(p.svr + j), c_prev, _mm512_fmadd_ps(u1, k, _mm512_load_ps(p.sbr + j))));
-    const __m512 c_new = _mm512_fmadd_ps(f, _mm512_sub_ps(c_prev, u2), u2);  // f c + (1 - f) u2
-    const __m512 xv = _mm512_loadu_ps(xp + j);
-    _mm512_store_ps(hb + j, _mm512_fmadd_ps(r, _mm512_sub_ps(c_new, xv), xv));  // r c + (1 - r) x
-    _mm512_store_ps(c + j, c_new);
+  int64_t j = 0;
+  for (; j + 64 <= n; j += 64) forward_vectors<4>(up, xp, p, j, c, hb);
+  for (; j < n; j += 16) forward_vectors<1>(up, xp, p, j, c, hb);
+}
+
+template <int NV>
+inline void backward_vectors(const float* up, const float* xp, const float* cprev, const float* cp, const float* ghp,
+                             const Columns<float>& p, int64_t j, const StepOut<float>& o) {
+  const __m512 k = _mm512_set1_ps(-avx512::kLog2e), one = _mm512_set1_ps(1.0f);
+  __m512 u0[NV], u1[NV], u2[NV], c_prev[NV], f[NV], r[NV];
+  for (int v = 0; v < NV; ++v) {
+    const int64_t q = j + 16 * v;
+    avx512::load_gates(up + 3 * q, &u0[v], &u1[v], &u2[v]);
+    c_prev[v] = _mm512_loadu_ps(cprev + q);
+    f[v] = _mm512_fmadd_ps(_mm512_load_ps(p.sv + q), c_prev[v], _mm512_fmadd_ps(u0[v], k, _mm512_load_ps(p.sbf + q)));
+    r[v] = _mm512_fmadd_ps(_mm512_load_ps(p.svr + q), c_prev[v], _mm512_fmadd_ps(u1[v], k, _mm512_load_ps(p.sbr + q)));
+  }
+  for (int v = 0; v < NV; ++v) f[v] = avx512::sigmoid_log2(f[v]);
+  for (int v = 0; v < NV; ++v) r[v] = avx512::sigmoid_log2(r[v]);
+  for (int v = 0; v < NV; ++v) {
+    const int64_t q = j + 16 * v;
+    const __m512 gh = _mm512_loadu_ps(ghp + q);
+    const __m512 gc_total = _mm512_fmadd_ps(gh, r[v], _mm512_load_ps(o.gc + q));
+    const __m512 one_r = _mm512_sub_ps(one, r[v]), one_f = _mm512_sub_ps(one, f[v]);
+    const __m512 gr = _mm512_mul_ps(_mm512_mul_ps(gh, _mm512_sub_ps(_mm512_loadu_ps(cp + q), _mm512_loadu_ps(xp + q))),
+                                    _mm512_mul_ps(r[v], one_r));
+    const __m512 gf =
+        _mm512_mul_ps(_mm512_mul_ps(gc_total, _mm512_sub_ps(c_prev[v], u2[v])), _mm512_mul_ps(f[v], one_f));
+    _mm512_store_ps(o.gu0 + q, gf);
+    _mm512_store_ps(o.gu1 + q, gr);
+    _mm512_store_ps(o.gu2 + q, _mm512_mul_ps(gc_total, one_f));
+    _mm512_store_ps(o.gx + q, _mm512_mul_ps(gh, one_r));
+    _mm512_store_ps(o.gv + q, _mm512_fmadd_ps(gf, c_prev[v], _mm512_load_ps(o.gv + q)));
+    _mm512_store_ps(o.gvr + q, _mm512_fmadd_ps(gr, c_prev[v], _mm512_load_ps(o.gvr + q)));
+    _mm512_store_ps(o.gbf + q, _mm512_add_ps(_mm512_load_ps(o.gbf + q), gf));
+    _mm512_store_ps(o.gbr + q, _mm512_add_ps(_mm512_load_ps(o.gbr + q), gr));
+    const __m512 gc_new = _mm512_fmadd_ps(gf, _mm512_loadu_ps(p.v + q), _mm512_mul_ps(gc_total, f[v]));
+    _mm512_store_ps(o.gc + q, _mm512_fmadd_ps(gr, _mm512_loadu_ps(p.vr + q), gc_new));  // into c_prev
   }
 }
 
@@ -289,33 +339,9 @@ inline void backward_columns<float>(const float* up, const float* xp, const floa
                                     const float* ghp, const Columns<float>& p, const StepOut<float>& o, int64_t n) {
   if (n % 16 != 0 || !g_vector_form.load(std::memory_order_relaxed))
     return backward_columns_generic(up, xp, cprev, cp, ghp, p, o, n);
-  const __m512 k = _mm512_set1_ps(-avx512::kLog2e), one = _mm512_set1_ps(1.0f);
-  for (int64_t j = 0; j < n; j += 16) {
-    __m512 u0, u1, u2;
-    avx512::load_gates(up + 3 * j, &u0, &u1, &u2);
-    const __m512 c_prev = _mm512_loadu_ps(cprev + j);
-    const __m512 f = avx512::sigmoid_log2(
-        _mm512_fmadd_ps(_mm512_load_ps(p.sv + j), c_prev, _mm512_fmadd_ps(u0, k, _mm512_load_ps(p.sbf + j))));
-    const __m512 r = avx512::sigmoid_log2(
-        _mm512_fmadd_ps(_mm512_load_ps(p.svr + j), c_prev, _mm512_fmadd_ps(u1, k, _mm512_load_ps(p.sbr + j))));
-    const __m512 gh = _mm512_loadu_ps(ghp + j);
-    const __m512 gc_total = _mm512_fmadd_ps(gh, r, _mm512_load_ps(o.gc + j));
-    const __m512 one_r = _mm512_sub_ps(one, r), one_f = _mm512_sub_ps(one, f);
-    const __m512 gr = _mm512_mul_ps(_mm512_mul_ps(gh, _mm512_sub_ps(_mm512_loadu_ps(cp + j), _mm512_loadu_ps(xp + j))),
-                                    _mm512_mul_ps(r, one_r));
-    const __m512 gf = _mm512_mul_ps(_mm512_mul_ps(gc_total, _mm512_sub_ps(c_prev, u2)), _mm512_mul_ps(f, one_f));
-    _mm512_store_ps(o.gu0 + j, gf);
-    _mm512_store_ps(o.gu1 + j, gr);
-    _mm512_store_ps(o.gu2 + j, _mm512_mul_ps(gc_total, one_f));
-    _mm512_store_ps(o.gx + j, _mm512_mul_ps(gh, one_r));
-    _mm512_store_ps(o.gv + j, _mm512_fmadd_ps(gf, c_prev, _mm512_load_ps(o.gv + j)));
-    _mm512_store_ps(o.gvr + j, _mm512_fmadd_ps(gr, c_prev, _mm512_load_ps(o.gvr + j)));
-    _mm512_store_ps(o.gbf + j, _mm512_add_ps(_mm512_load_ps(o.gbf + j), gf));
-    _mm512_store_ps(o.gbr + j, _mm512_add_ps(_mm512_load_ps(o.gbr + j), gr));
-    const __m512 gc_new = _mm512_fmadd_ps(gr, _mm512_loadu_ps(p.vr + j),
-                                          _mm512_fmadd_ps(gf, _mm512_loadu_ps(p.v + j), _mm512_mul_ps(gc_total, f)));
-    _mm512_store_ps(o.gc + j, gc_new);
-  }
+  int64_t j = 0;
+  for (; j + 64 <= n; j += 64) backward_vectors<4>(up, xp, cprev, cp, ghp, p, j, o);
+  for (; j < n; j += 16) backward_vectors<1>(up, xp, cprev, cp, ghp, p, j, o);
 }
 #endif
 
