@@ -21,7 +21,9 @@ def _random_cases(n: int, seed: int = 1234):
     return cases
 
 
-CASES = [*_random_cases(10), (50, 3, 96)]  # d = 48: whole 16-column vectors in a block shorter than 64
+# d = 48: whole 16-column vectors in a block shorter than 64; d = 80: a block of 64 and one of 16 (unidirectional,
+# D = 160 is blocks of 64, 64 and 32)
+CASES = [*_random_cases(10), (50, 3, 96), (40, 2, 160)]
 
 
 @pytest.fixture(params=["vector", "generic"])
