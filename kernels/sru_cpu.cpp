@@ -265,20 +265,28 @@ inline void backward_columns(const F* up, const F* xp, const F* cprev, const F* 
 // c_prev through both exponentials to c) is about 60 cycles long, so NV vectors (16 NV columns, 4 for a whole
 // block) are done at once, each operation written for all of them together, and the compiler interleaves their
 // NV independent chains. The tests check both forms against float64.
+// The gates of NV vectors (columns j .. j + 16 NV) given the previous states: u's candidate part u2, and f, r.
 template <int NV>
-inline void forward_vectors(const float* up, const float* xp, const Columns<float>& p, int64_t j, float* c,
-                            float* hb) {
+inline void gates(const float* up, const Columns<float>& p, int64_t j, const __m512* c_prev, __m512* u2, __m512* f,
+                  __m512* r) {
   const __m512 k = _mm512_set1_ps(-avx512::kLog2e);
-  __m512 u0[NV], u1[NV], u2[NV], c_prev[NV], f[NV], r[NV];
   for (int v = 0; v < NV; ++v) {
     const int64_t q = j + 16 * v;
-    avx512::load_gates(up + 3 * q, &u0[v], &u1[v], &u2[v]);
-    c_prev[v] = _mm512_load_ps(c + q);
-    f[v] = _mm512_fmadd_ps(_mm512_load_ps(p.sv + q), c_prev[v], _mm512_fmadd_ps(u0[v], k, _mm512_load_ps(p.sbf + q)));
-    r[v] = _mm512_fmadd_ps(_mm512_load_ps(p.svr + q), c_prev[v], _mm512_fmadd_ps(u1[v], k, _mm512_load_ps(p.sbr + q)));
+    __m512 u0, u1;
+    avx512::load_gates(up + 3 * q, &u0, &u1, &u2[v]);
+    f[v] = _mm512_fmadd_ps(_mm512_load_ps(p.sv + q), c_prev[v], _mm512_fmadd_ps(u0, k, _mm512_load_ps(p.sbf + q)));
+    r[v] = _mm512_fmadd_ps(_mm512_load_ps(p.svr + q), c_prev[v], _mm512_fmadd_ps(u1, k, _mm512_load_ps(p.sbr + q)));
   }
   for (int v = 0; v < NV; ++v) f[v] = avx512::sigmoid_log2(f[v]);
   for (int v = 0; v < NV; ++v) r[v] = avx512::sigmoid_log2(r[v]);
+}
+
+template <int NV>
+inline void forward_vectors(const float* up, const float* xp, const Columns<float>& p, int64_t j, float* c,
+                            float* hb) {
+  __m512 c_prev[NV], u2[NV], f[NV], r[NV];
+  for (int v = 0; v < NV; ++v) c_prev[v] = _mm512_load_ps(c + j + 16 * v);
+  gates<NV>(up, p, j, c_prev, u2, f, r);
   for (int v = 0; v < NV; ++v) {
     const int64_t q = j + 16 * v;
     const __m512 c_new = _mm512_fmadd_ps(f[v], _mm512_sub_ps(c_prev[v], u2[v]), u2[v]);  // f c + (1 - f) u2
@@ -301,17 +309,10 @@ inline void forward_columns<float>(const float* up, const float* xp, const Colum
 template <int NV>
 inline void backward_vectors(const float* up, const float* xp, const float* cprev, const float* cp, const float* ghp,
                              const Columns<float>& p, int64_t j, const StepOut<float>& o) {
-  const __m512 k = _mm512_set1_ps(-avx512::kLog2e), one = _mm512_set1_ps(1.0f);
-  __m512 u0[NV], u1[NV], u2[NV], c_prev[NV], f[NV], r[NV];
-  for (int v = 0; v < NV; ++v) {
-    const int64_t q = j + 16 * v;
-    avx512::load_gates(up + 3 * q, &u0[v], &u1[v], &u2[v]);
-    c_prev[v] = _mm512_loadu_ps(cprev + q);
-    f[v] = _mm512_fmadd_ps(_mm512_load_ps(p.sv + q), c_prev[v], _mm512_fmadd_ps(u0[v], k, _mm512_load_ps(p.sbf + q)));
-    r[v] = _mm512_fmadd_ps(_mm512_load_ps(p.svr + q), c_prev[v], _mm512_fmadd_ps(u1[v], k, _mm512_load_ps(p.sbr + q)));
-  }
-  for (int v = 0; v < NV; ++v) f[v] = avx512::sigmoid_log2(f[v]);
-  for (int v = 0; v < NV; ++v) r[v] = avx512::sigmoid_log2(r[v]);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 c_prev[NV], u2[NV], f[NV], r[NV];
+  for (int v = 0; v < NV; ++v) c_prev[v] = _mm512_loadu_ps(cprev + j + 16 * v);
+  gates<NV>(up, p, j, c_prev, u2, f, r);
   for (int v = 0; v < NV; ++v) {
     const int64_t q = j + 16 * v;
     const __m512 gh = _mm512_loadu_ps(ghp + q);
