@@ -209,6 +209,25 @@ def batch_seed(base: int, rank: int, epoch: int, index: int) -> int:
     return seed
 
 
+def resume_after_last_batch(checkpoint: dict) -> None:
+    """Let a checkpoint written after an epoch's last training batch resume exactly (call it before Lightning
+    restores its loops from ``checkpoint``, e.g. in ``LightningModule.on_load_checkpoint``).
+
+    Lightning marks such a checkpoint ``is_last_batch`` and, resuming, counts that epoch as finished; but the
+    training loader here has no length (lhotse's batches are made on the fly), so Lightning then also finds the
+    next epoch finished before it has drawn a batch, and the resumed run would train on epoch e + 2's batches
+    where the uninterrupted run trained on e + 1's. With the flag cleared Lightning re-enters epoch e instead,
+    :class:`ResumableSampler` skips the batches the checkpoint says were done (all of them), the epoch's end
+    hooks run (they had not when the checkpoint was written), and epoch e + 1 follows as it did uninterrupted.
+    Only checkpoints of runs with :class:`ASRDataModule` (which hold its state) are changed.
+    """
+    if "ASRDataModule" not in checkpoint:
+        return
+    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+    if isinstance(progress, dict) and progress.get("is_last_batch"):
+        progress["is_last_batch"] = False
+
+
 class ResumableSampler(torch.utils.data.Sampler):
     """A lhotse sampler that follows the trainer's epoch and can skip the batches a resumed run already saw.
 
@@ -442,12 +461,16 @@ class ASRDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: ASRDataset, sampler: torch.utils.data.Sampler) -> torch.utils.data.DataLoader:
         # batch_size=None: the sampler yields whole batches (CutSets) and the dataset collates them itself.
+        # generator: each new iterator (one per epoch) draws its base seed from the loader's own generator, not
+        # from torch's global one, which the uninterrupted run would otherwise draw from between an epoch's last
+        # step and the next epoch's first, and a run resumed from that last step's checkpoint would not.
         return torch.utils.data.DataLoader(
             dataset,
             sampler=sampler,
             batch_size=None,
             num_workers=self.num_workers,
             persistent_workers=False,
+            generator=torch.Generator().manual_seed(self.seed),
         )
 
     def state_dict(self) -> dict:

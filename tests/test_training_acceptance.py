@@ -359,6 +359,7 @@ def test_random_states_survive_a_weights_only_checkpoint_round_trip() -> None:
 
 
 RESUME_KILL_STEP = 3  # mid-epoch: an epoch of the corpus is 6 batches of at most 6 s
+EPOCH_BATCHES = 6
 RESUME_TOTAL_STEPS = 8  # the resumed run crosses into the next epoch
 
 
@@ -379,16 +380,20 @@ def augmented_config(path: Path, speed_perturb: bool) -> Path:
 
 
 @pytest.mark.parametrize(
-    "speed_perturb",
+    "speed_perturb,kill_step",
     [
-        pytest.param(False, id="dropout+specaugment"),
-        pytest.param(True, id="dropout+specaugment+speed_perturb"),
+        pytest.param(False, RESUME_KILL_STEP, id="dropout+specaugment"),
+        pytest.param(True, RESUME_KILL_STEP, id="dropout+specaugment+speed_perturb"),
+        # the checkpoint of an epoch's last batch: Lightning would count the next epoch as done as well
+        # (srupp_asr.data.resume_after_last_batch)
+        pytest.param(False, EPOCH_BATCHES, id="after-the-epochs-last-batch"),
     ],
 )
 def test_killed_run_resumed_from_last_checkpoint_matches_an_uninterrupted_run(
-    corpus: Corpus, tmp_path: Path, speed_perturb: bool
+    corpus: Corpus, tmp_path: Path, speed_perturb: bool, kill_step: int
 ) -> None:
-    """SIGKILL after step 3's checkpoint, ``--ckpt_path last``, on to step 8: the same weights as 8 steps in one go."""
+    """SIGKILL after step 3's (or 6's) checkpoint, ``--ckpt_path last``, on to step 8: the same weights as 8 steps
+    in one go."""
     overrides = augmented_config(tmp_path / "augmented.yaml", speed_perturb)
 
     def run(root: Path, out: Path, *extra: str, returncode: int = 0) -> None:
@@ -402,7 +407,7 @@ def test_killed_run_resumed_from_last_checkpoint_matches_an_uninterrupted_run(
                 # Lightning defers step checkpoints until the monitored metric exists: monitor nothing here.
                 "--checkpoint.monitor=null",
                 "--checkpoint.save_top_k=1",
-                f"--checkpoint.every_n_train_steps={RESUME_KILL_STEP}",
+                f"--checkpoint.every_n_train_steps={kill_step}",
                 "--trainer.callbacks+=tests.test_training_acceptance.DumpWeights",
                 f"--trainer.callbacks.out_dir={out}",
                 *extra,
@@ -414,13 +419,13 @@ def test_killed_run_resumed_from_last_checkpoint_matches_an_uninterrupted_run(
     killed = tmp_path / "killed"
     kill = [
         "--trainer.callbacks+=tests.test_training_acceptance.KillAtStep",
-        f"--trainer.callbacks.step={RESUME_KILL_STEP}",
+        f"--trainer.callbacks.step={kill_step}",
     ]
     run(killed, tmp_path / "killed_weights", *kill, returncode=-signal.SIGKILL)
     last = killed / "checkpoints" / "last.ckpt"
     checkpoint = torch.load(last, map_location="cpu", weights_only=True)  # what checkpoint averaging does
-    assert checkpoint["global_step"] == RESUME_KILL_STEP and "rng_states" in checkpoint
-    assert checkpoint["ASRDataModule"] == {"epoch": 0, "batches_done": RESUME_KILL_STEP}  # mid-epoch
+    assert checkpoint["global_step"] == kill_step and "rng_states" in checkpoint
+    assert checkpoint["ASRDataModule"] == {"epoch": 0, "batches_done": kill_step}  # within epoch 0
     assert not (tmp_path / "killed_weights" / "rank0.pt").exists()  # it died before the end
 
     run(killed, tmp_path / "resumed_weights", "--ckpt_path=last")
