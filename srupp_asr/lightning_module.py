@@ -221,8 +221,9 @@ class ASRLightningModule(L.LightningModule):
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         """Before the first step of a resumed fit, set the random generators to their checkpointed states."""
         # Not in on_load_checkpoint: between loading and this point the resumed run builds its data loaders and
-        # prefetches batches, which draw from the global generators (the DataLoader iterator's base seed, the
-        # dataset's per-process seed) where the uninterrupted run, past its checkpoint, drew nothing.
+        # prefetches batches, which may draw from the global generators (the dataset's per-process seed) where
+        # the uninterrupted run, past its checkpoint, drew nothing. (The loaders' iterators draw their seeds from
+        # their own generator: see ASRDataModule._loader.)
         if self._resumed_rng_states is not None:
             set_rng_states(self._resumed_rng_states)
             self._resumed_rng_states = None
