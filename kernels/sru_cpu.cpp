@@ -61,6 +61,16 @@ inline void store_stream(double* dst, const double* src, int64_t n) {
 // grad_u is laid out (..., 3) like u: the three gate gradients of a column are adjacent. The backward pass
 // computes them as three vectors; written element by element, that is 48 scalar stores per 16 columns (most of
 // the backward's time). This interleaves them with two shuffles per output vector and streams the result.
+template <typename F>
+inline void store_interleaved3(F* dst, const F* a, const F* b, const F* c, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    dst[3 * j] = a[j];
+    dst[3 * j + 1] = b[j];
+    dst[3 * j + 2] = c[j];
+  }
+}
+
+// float: the vector form where the ISA and alignment allow, else the loop above.
 inline void store_interleaved3(float* dst, const float* a, const float* b, const float* c, int64_t n) {
 #if defined(__AVX512F__)
   if ((reinterpret_cast<uintptr_t>(dst) & 63) == 0 && n % 16 == 0) {
@@ -91,19 +101,7 @@ inline void store_interleaved3(float* dst, const float* a, const float* b, const
     return;
   }
 #endif
-  for (int64_t j = 0; j < n; ++j) {
-    dst[3 * j] = a[j];
-    dst[3 * j + 1] = b[j];
-    dst[3 * j + 2] = c[j];
-  }
-}
-
-inline void store_interleaved3(double* dst, const double* a, const double* b, const double* c, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    dst[3 * j] = a[j];
-    dst[3 * j + 1] = b[j];
-    dst[3 * j + 2] = c[j];
-  }
+  store_interleaved3<float>(dst, a, b, c, n);
 }
 
 // Streaming stores are weakly ordered: a fence makes them visible before the task returns.
