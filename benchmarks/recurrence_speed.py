@@ -12,6 +12,8 @@ device-to-device copy, and against cuDNN ``nn.LSTM``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import platform
 import statistics
 import time
@@ -122,8 +124,8 @@ def cpu_table(repeats: int) -> list[tuple[str, float, float]]:
     return rows
 
 
-def gpu_table(repeats: int) -> list[str]:
-    """Markdown rows of the GPU comparison."""
+def gpu_table(repeats: int, variants: list[tuple[int, int]]) -> list[str]:
+    """Markdown rows of the GPU comparison, one set per kernel variant ``(columns per thread, chunk)``."""
     L, B, d = 1000, 32, 1024
     D = 2 * d
     lines = []
@@ -133,8 +135,11 @@ def gpu_table(repeats: int) -> list[str]:
     copy_bw = 2 * big.numel() / t_copy
     lines.append(f"device-to-device copy: {copy_bw / 1e9:.0f} GB/s")
     lines.append("")
-    lines.append("| dtype | pass | time ms | bytes moved | GB/s | % of copy | cuDNN LSTM ms | LSTM / SRU |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append(
+        "| dtype | columns / thread | chunk | pass | time ms | bytes moved | GB/s | % of copy | cuDNN LSTM ms "
+        "| LSTM / SRU |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for dtype in (torch.float32, torch.bfloat16):
         u, x, wc, bias = _recurrence_inputs(L, B, D, "cuda", dtype)
         lstm = torch.nn.LSTM(D, d, bidirectional=True).to("cuda", dtype)
@@ -142,31 +147,48 @@ def gpu_table(repeats: int) -> list[str]:
         # the training forward (inputs need grad): read u, x; write h (dtype) and the states (fp32)
         fwd_bytes = n * (3 * es + es + es + 4)
         bwd_bytes = n * (3 * es + es + 4 + es + 3 * es + es)  # read u, x, states, grad_h; write grad_u, grad_x
-        t_fwd = _time_cuda(
-            lambda u=u, x=x, wc=wc, bias=bias: sru_recurrence(u, x, wc, bias, bidirectional=True), repeats
-        )
         t_lstm_fwd = _time_cuda(lambda lstm=lstm, x=x: lstm(x), repeats)
-        h, _ = sru_recurrence(u, x, wc, bias, bidirectional=True)
-        grad = torch.randn_like(h)
-
-        def backward(h=h, grad=grad, inputs=(u, x, wc, bias)) -> None:
-            torch.autograd.grad(h, inputs, grad, retain_graph=True)
-
-        t_bwd = _time_cuda(backward, repeats)
         t_lstm_fb = _time_cuda(_fwd_bwd(lambda lstm=lstm, x=x: lstm(x)[0], [x, *lstm.parameters()]), repeats)
-        name = str(dtype).replace("torch.", "")
-        for what, t, nbytes, t_lstm in (
-            ("forward", t_fwd, fwd_bytes, t_lstm_fwd),
-            ("backward", t_bwd, bwd_bytes, None),
-            ("forward+backward", t_fwd + t_bwd, fwd_bytes + bwd_bytes, t_lstm_fb),
-        ):
-            bw = nbytes / t
-            lstm_cells = "- | -" if t_lstm is None else f"{t_lstm * 1e3:.2f} | {t_lstm / t:.1f}x"
-            lines.append(
-                f"| {name} | {what} | {t * 1e3:.2f} | {nbytes / 1e6:.0f} MB | {bw / 1e9:.0f} | "
-                f"{100 * bw / copy_bw:.0f}% | {lstm_cells} |"
-            )
+        for cols, chunk in variants:
+            with _cuda_variant(cols, chunk):
+                t_fwd = _time_cuda(
+                    lambda u=u, x=x, wc=wc, bias=bias: sru_recurrence(u, x, wc, bias, bidirectional=True), repeats
+                )
+                h, _ = sru_recurrence(u, x, wc, bias, bidirectional=True)
+                grad = torch.randn_like(h)
+
+                def backward(h=h, grad=grad, inputs=(u, x, wc, bias)) -> None:
+                    torch.autograd.grad(h, inputs, grad, retain_graph=True)
+
+                t_bwd = _time_cuda(backward, repeats)
+            name = str(dtype).replace("torch.", "")
+            for what, t, nbytes, t_lstm in (
+                ("forward", t_fwd, fwd_bytes, t_lstm_fwd),
+                ("backward", t_bwd, bwd_bytes, None),
+                ("forward+backward", t_fwd + t_bwd, fwd_bytes + bwd_bytes, t_lstm_fb),
+            ):
+                bw = nbytes / t
+                lstm_cells = "- | -" if t_lstm is None else f"{t_lstm * 1e3:.2f} | {t_lstm / t:.1f}x"
+                lines.append(
+                    f"| {name} | {cols} | {chunk} | {what} | {t * 1e3:.2f} | {nbytes / 1e6:.0f} MB | "
+                    f"{bw / 1e9:.0f} | {100 * bw / copy_bw:.0f}% | {lstm_cells} |"
+                )
     return lines
+
+
+@contextlib.contextmanager
+def _cuda_variant(cols: int, chunk: int):
+    """Select the CUDA kernel variant through its environment variables for the duration of the block."""
+    saved = {k: os.environ.get(k) for k in ("SRUPP_CUDA_COLS", "SRUPP_CUDA_CHUNK")}
+    os.environ.update(SRUPP_CUDA_COLS=str(cols), SRUPP_CUDA_CHUNK=str(chunk))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _cpu_name() -> str:
@@ -184,7 +206,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
     parser.add_argument("--skip-gpu", action="store_true")
     parser.add_argument("--skip-cpu", action="store_true")
+    parser.add_argument(
+        "--gpu-variants",
+        default="1x4,2x4",
+        help="CUDA kernel variants to time, as COLUMNS_PER_THREAD x CHUNK (default: 1x4,2x4)",
+    )
     args = parser.parse_args()
+    variants = parse_variants(args.gpu_variants)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"machine: {_cpu_name()}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}")
@@ -193,11 +221,25 @@ def main() -> None:
     if args.skip_gpu or not torch.cuda.is_available():
         print("\nGPU: skipped (no CUDA device)" if not args.skip_gpu else "\nGPU: skipped")
         return
-    chunk = kernels.cuda_chunk()
-    print(f"\nGPU: {torch.cuda.get_device_name()}, B=32, L=1000, hidden 1024 per direction, bidirectional", end="")
-    print(f" (SRUPP_CUDA_CHUNK={chunk}); forward as in training: the states are kept for backward\n")
-    for line in gpu_table(args.repeats):
+    print(f"\nGPU: {torch.cuda.get_device_name()}, B=32, L=1000, hidden 1024 per direction, bidirectional;")
+    print("forward as in training: the states are kept for backward\n")
+    for line in gpu_table(args.repeats, variants):
         print(line)
+
+
+def parse_variants(text: str) -> list[tuple[int, int]]:
+    """``"1x4,2x4"`` -> ``[(1, 4), (2, 4)]`` (columns per thread, chunk); exits with a one-line error otherwise."""
+    variants = []
+    for item in text.split(","):
+        cols, _, chunk = item.strip().partition("x")
+        if not (cols.isdigit() and chunk.isdigit()) or int(cols) not in kernels.CUDA_COLUMN_CHOICES:
+            raise SystemExit(
+                f"--gpu-variants: {item!r} is not COLUMNS x CHUNK with COLUMNS in {kernels.CUDA_COLUMN_CHOICES}"
+            )
+        if not 1 <= int(chunk) <= 64:
+            raise SystemExit(f"--gpu-variants: chunk {chunk} is not in 1..64")
+        variants.append((int(cols), int(chunk)))
+    return variants
 
 
 def cpu_copy_bandwidth(repeats: int) -> float:

@@ -48,12 +48,20 @@ def cuda_source() -> str:
     return source.replace(include, STEP_HEADER.read_text())
 
 
-def nvrtc_options(dtype: torch.dtype) -> tuple[str, ...]:
-    """NVRTC options that select the storage and compute types for ``dtype``."""
+def nvrtc_options(dtype: torch.dtype, cols: int = 1) -> tuple[str, ...]:
+    """NVRTC options that select the storage and compute types for ``dtype`` and the columns per thread."""
     if dtype not in CUDA_TYPES:
         raise TypeError(f"SRU recurrence: unsupported dtype {dtype}")
+    if cols not in CUDA_COLUMN_CHOICES:
+        raise ValueError(f"SRU recurrence: {cols} columns per CUDA thread; choose one of {CUDA_COLUMN_CHOICES}")
     storage, compute = CUDA_TYPES[dtype]
-    return ("--std=c++17", f"-DSRU_T={storage}", f"-DSRU_F={compute}", f"-DSRU_CHUNK={cuda_chunk()}")
+    return (
+        "--std=c++17",
+        f"-DSRU_T={storage}",
+        f"-DSRU_F={compute}",
+        f"-DSRU_CHUNK={cuda_chunk()}",
+        f"-DSRU_COLS={cols}",
+    )
 
 
 def cuda_chunk() -> int:
@@ -64,7 +72,21 @@ def cuda_chunk() -> int:
     return int(value)
 
 
-def compile_ptx(dtype: torch.dtype, arch: str = "compute_80") -> str:
+CUDA_COLUMN_CHOICES = (1, 2)
+
+
+def cuda_columns() -> int:
+    """Adjacent columns each CUDA thread owns (``SRUPP_CUDA_COLS``, 1 or 2, default 1; for tuning).
+
+    The launcher falls back to 1 where the shape or the tensors' alignment does not allow more
+    (``srupp_asr.recurrence.cuda_columns_for``)."""
+    value = os.environ.get("SRUPP_CUDA_COLS", "1")
+    if not value.isdigit() or int(value) not in CUDA_COLUMN_CHOICES:
+        raise ValueError(f"SRUPP_CUDA_COLS must be one of {CUDA_COLUMN_CHOICES}, got {value!r}")
+    return int(value)
+
+
+def compile_ptx(dtype: torch.dtype, arch: str = "compute_80", cols: int = 1) -> str:
     """Compile the CUDA source to PTX for ``arch`` without a GPU (NVRTC only); return the PTX.
 
     Raises ``RuntimeError`` with NVRTC's log when the source does not compile.
@@ -75,7 +97,7 @@ def compile_ptx(dtype: torch.dtype, arch: str = "compute_80") -> str:
         raise BackendUnavailable("compiling the CUDA kernels needs CuPy: pip install 'srupp-asr[gpu]'") from err
     prog = nvrtc.createProgram(cuda_source(), "sru_cuda.cu", [], [])
     try:
-        options = (*nvrtc_options(dtype), f"--gpu-architecture={arch}")
+        options = (*nvrtc_options(dtype, cols), f"--gpu-architecture={arch}")
         try:
             nvrtc.compileProgram(prog, list(options))
         except nvrtc.NVRTCError as err:
@@ -87,24 +109,25 @@ def compile_ptx(dtype: torch.dtype, arch: str = "compute_80") -> str:
 
 
 @functools.cache
-def _cuda_module(dtype: torch.dtype, device_index: int):
+def _cuda_module(options: tuple[str, ...], device_index: int):
     import cupy
 
     with cupy.cuda.Device(device_index):
-        module = cupy.RawModule(code=cuda_source(), options=nvrtc_options(dtype))
+        module = cupy.RawModule(code=cuda_source(), options=options)
         module.compile()
     return module
 
 
-def cuda_function(name: str, dtype: torch.dtype, device_index: int):
-    """The compiled kernel ``name`` for ``dtype`` on a device (compiled once, then cached)."""
+def cuda_function(name: str, dtype: torch.dtype, device_index: int, cols: int = 1):
+    """The compiled kernel ``name`` for ``dtype`` with ``cols`` columns per thread on a device (compiled once per
+    set of NVRTC options, then cached)."""
     try:
         import cupy  # noqa: F401
     except ImportError as err:
         raise BackendUnavailable(
             "the SRU recurrence on CUDA needs CuPy: pip install 'srupp-asr[gpu]' (cupy-cuda13x)"
         ) from err
-    return _cuda_module(dtype, device_index).get_function(name)
+    return _cuda_module(nvrtc_options(dtype, cols), device_index).get_function(name)
 
 
 def _cpu_build_dir(flags: list[str]) -> Path:

@@ -211,11 +211,24 @@ class _SRURecurrence(torch.autograd.Function):
         return grad_u, grad_x, grad_wc, grad_bias, grad_c0, None, None, None
 
 
-def _launch(name: str, dtype: torch.dtype, device: torch.device, n: int, args: list) -> None:
-    """Launch kernel ``name`` over ``n`` threads on torch's current CUDA stream."""
+def cuda_columns_for(D: int, bidirectional: bool, tensors: list[torch.Tensor | None]) -> int:
+    """Columns per CUDA thread for a launch: ``kernels.cuda_columns()`` where every direction's width is a
+    multiple of it and each of ``tensors`` (those the kernel moves in words of that many values) is aligned
+    to its words; otherwise 1."""
+    cols = kernels.cuda_columns()
+    if cols == 1 or D % cols or (bidirectional and (D // 2) % cols):
+        return 1
+    if any(t is not None and t.numel() and t.data_ptr() % (cols * t.element_size()) for t in tensors):
+        return 1
+    return cols
+
+
+def _launch(name: str, dtype: torch.dtype, device: torch.device, n: int, args: list, cols: int) -> None:
+    """Launch kernel ``name`` (built for ``cols`` columns per thread) over ``n`` threads on torch's current CUDA
+    stream."""
     import cupy
 
-    fn = kernels.cuda_function(name, dtype, device.index)
+    fn = kernels.cuda_function(name, dtype, device.index, cols)
     stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device.index)
     blocks = (n + kernels.THREADS_PER_BLOCK - 1) // kernels.THREADS_PER_BLOCK
     with cupy.cuda.Device(device.index):
@@ -238,12 +251,14 @@ def _cuda_forward(u, x, wc, b, c0, m, bidirectional, keep_states):
     c_all = torch.empty(L if keep_states else 0, B, D, dtype=wc.dtype, device=u.device)
     c_last = torch.empty(B, D, dtype=wc.dtype, device=u.device)
     if L and B and D:
+        cols = cuda_columns_for(D, bidirectional, [u, x, h, c_all])
         _launch(
             "sru_forward",
             u.dtype,
             u.device,
-            B * D,
+            B * D // cols,
             [u, x, wc, b, c0, m, h, c_all if keep_states else None, c_last, L, B, D, bidirectional],
+            cols,
         )
     elif c0 is not None:
         c_last.copy_(c0)
@@ -258,12 +273,14 @@ def _cuda_backward(u, x, wc, b, c0, m, c_all, grad_h, gcl, bidirectional):
     grad_c0 = torch.empty(B, D, dtype=wc.dtype, device=u.device)
     wpart = torch.zeros(B, 4, D, dtype=wc.dtype, device=u.device)
     if L and B and D:
+        cols = cuda_columns_for(D, bidirectional, [u, x, c_all, grad_h, grad_u, grad_x])
         _launch(
             "sru_backward",
             u.dtype,
             u.device,
-            B * D,
+            B * D // cols,
             [u, x, wc, b, c0, m, c_all, grad_h, gcl, grad_u, grad_x, grad_c0, wpart, L, B, D, bidirectional],
+            cols,
         )
     else:
         grad_c0.copy_(gcl if gcl is not None else torch.zeros_like(grad_c0))

@@ -10,10 +10,11 @@ from srupp_asr import kernels
 pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="CuPy (the gpu/dev extra) is not installed")
 
 
+@pytest.mark.parametrize("cols", kernels.CUDA_COLUMN_CHOICES)
 @pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
 @pytest.mark.parametrize("dtype", list(kernels.CUDA_TYPES))
-def test_cuda_source_compiles_to_ptx(dtype, arch):
-    ptx = kernels.compile_ptx(dtype, arch)
+def test_cuda_source_compiles_to_ptx(dtype, arch, cols):
+    ptx = kernels.compile_ptx(dtype, arch, cols)
     assert ".entry sru_forward" in ptx and ".entry sru_backward" in ptx
     assert f".target sm_{arch.split('_')[1]}" in ptx
 

@@ -35,7 +35,9 @@ def _run(args, mask, bidirectional, grads_out):
 @pytest.mark.parametrize("L,B,D", SHAPES)
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("padded", [False, True])
-def test_cuda_matches_float64_reference_forward_and_gradients(dtype, L, B, D, bidirectional, padded):
+@pytest.mark.parametrize("cols", [1, 2])
+def test_cuda_matches_float64_reference_forward_and_gradients(dtype, L, B, D, bidirectional, padded, cols, monkeypatch):
+    monkeypatch.setenv("SRUPP_CUDA_COLS", str(cols))  # shapes with an odd half width fall back to 1
     cpu = random_inputs(L, B, D, bidirectional, padded, True, dtype=dtype, seed=L + B + D)
     mask = cpu[5]
     # inputs rounded to dtype, reference in float64 on exactly those values
@@ -55,7 +57,9 @@ def test_cuda_matches_float64_reference_forward_and_gradients(dtype, L, B, D, bi
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_backward_is_bitwise_deterministic(dtype):
+@pytest.mark.parametrize("cols", [1, 2])
+def test_cuda_backward_is_bitwise_deterministic(dtype, cols, monkeypatch):
+    monkeypatch.setenv("SRUPP_CUDA_COLS", str(cols))
     args = [t.cuda() for t in random_inputs(200, 8, 1024, True, True, True, dtype=dtype)[:5]]
     mask = random_inputs(200, 8, 1024, True, True, True)[5].cuda()
     outs = (torch.randn(200, 8, 1024, device="cuda"), torch.randn(8, 1024, device="cuda"))
