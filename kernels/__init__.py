@@ -137,7 +137,8 @@ def _cpu_build_dir(flags: list[str]) -> Path:
     torch keys its build cache by extension name and rebuilds (20 s, 1.5 GB of compiler) whenever the sources'
     absolute paths or flags change, so two checkouts (a fresh clone in CI, a second worktree) used by turns would
     rebuild at every switch. With the sources copied into a folder named by their content, every checkout with
-    the same code shares one build."""
+    the same code shares one build; once it is built, :func:`cpu_extension` imports it without asking ninja, whose
+    build lines name the virtualenv's include paths (a second virtualenv would otherwise rebuild it)."""
     import hashlib
 
     from torch.utils import cpp_extension
@@ -147,6 +148,8 @@ def _cpu_build_dir(flags: list[str]) -> Path:
     for name, data in sorted(sources.items()):
         digest.update(name.encode() + b"\0" + data + b"\0")
     digest.update(" ".join([*flags, torch.__version__, sys.version]).encode())
+    if "-march=native" in flags:  # a build folder per kind of CPU
+        digest.update(_cpu_features_digest().encode())
     root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root())
     folder = root / f"srupp_sru_cpu_py{sys.version_info[0]}{sys.version_info[1]}_{digest.hexdigest()[:16]}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -172,34 +175,88 @@ def cpu_pool_limit() -> int | None:
     return int(value) * 2**20
 
 
+CPU_MODULE = "srupp_sru_cpu"
+BUILT_MARKER = "built.ok"  # written into the build folder once its extension has been built and loaded
+
+
+def _cpu_flags() -> list[str]:
+    flags = ["-O3", "-fopenmp", "-ffast-math"]  # fast-math: vectorised expf (libmvec)
+    if os.environ.get("SRUPP_NATIVE_ARCH", "1") == "1":
+        flags.append("-march=native")
+    return flags
+
+
+def _cpu_features_digest() -> str:
+    """A short digest of this CPU's feature flags, so machines sharing a home folder do not share a
+    ``-march=native`` build their CPU cannot run."""
+    import hashlib
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        line = ""
+    return hashlib.sha256(line.encode()).hexdigest()[:12]
+
+
+def _import_built(build_dir: Path):
+    """The extension module already built in ``build_dir``, or None when no complete build is there.
+
+    Importing it directly, without ``torch.utils.cpp_extension.load``, skips torch's build lock: a process
+    killed while holding that lock leaves its file behind, and every later ``load`` then waits for it forever."""
+    import importlib.util
+
+    library = build_dir / f"{CPU_MODULE}.so"
+    if not (build_dir / BUILT_MARKER).exists() or not library.exists():
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location(CPU_MODULE, library)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (ImportError, OSError) as err:
+        log.warning("the built SRU CPU extension %s does not load (%s); building it again", library, err)
+        return None
+    return module
+
+
 @functools.cache
 def cpu_extension():
-    """Build (first call; torch caches it on disk) and load the CPU extension of the recurrence.
+    """Build (first call on a machine; cached on disk) and load the CPU extension of the recurrence.
 
     Raises ``BackendUnavailable`` with a one-line reason when it cannot be built, e.g. no C++
     compiler is installed. Its output pool gets the limit of ``$SRUPP_CPU_POOL_MB`` (see :func:`cpu_pool_limit`).
+    Builds are serialised by an ``flock`` on the build folder, which the kernel releases if the process dies.
     """
+    import fcntl
+
     limit = cpu_pool_limit()  # a bad value fails before the build
     # Importing cpp_extension on a machine without the CUDA toolkit logs a warning about
     # CUDA_HOME that does not concern this CPU-only build.
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import cpp_extension
 
-    flags = ["-O3", "-fopenmp", "-ffast-math"]  # fast-math: vectorised expf (libmvec)
-    if os.environ.get("SRUPP_NATIVE_ARCH", "1") == "1":
-        flags.append("-march=native")
-    log.info("building the SRU CPU extension (once; cached by torch)")
+    flags = _cpu_flags()
     try:
         build_dir = _cpu_build_dir(flags)
-        ext = cpp_extension.load(
-            name="srupp_sru_cpu",
-            sources=[str(build_dir / CPU_SOURCE.name)],
-            extra_include_paths=[str(build_dir)],
-            extra_cflags=flags,
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(build_dir),
-            verbose=False,
-        )
+        ext = _import_built(build_dir)
+        if ext is None:
+            with open(build_dir / "build.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building: wait for it
+                ext = _import_built(build_dir)
+                if ext is None:
+                    log.info("building the SRU CPU extension (once; cached in %s)", build_dir)
+                    (build_dir / BUILT_MARKER).unlink(missing_ok=True)
+                    (build_dir / "lock").unlink(missing_ok=True)  # torch's lock, left by a killed build
+                    ext = cpp_extension.load(
+                        name=CPU_MODULE,
+                        sources=[str(build_dir / CPU_SOURCE.name)],
+                        extra_include_paths=[str(build_dir)],
+                        extra_cflags=flags,
+                        extra_ldflags=["-fopenmp"],
+                        build_directory=str(build_dir),
+                        verbose=False,
+                    )
+                    (build_dir / BUILT_MARKER).touch()
     except (OSError, RuntimeError, ImportError) as err:  # no compiler, failed build, ...
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BackendUnavailable(f"cannot build the SRU CPU extension ({first}); is g++ installed?") from err
