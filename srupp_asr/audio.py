@@ -17,9 +17,11 @@ import math
 import os
 import re
 import stat
+import struct
 import sys
 import threading
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import numpy as np
 import soundfile as sf
@@ -52,6 +54,19 @@ _MAX_KERNEL = 1 << 20
 MIN_FILE_RATE = 1000  # Hz; below this a header is damaged or not speech (1 Hz would be upsampled 16000 times)
 # Frames decoded per call at most: a damaged MP3 header can promise 10^12 frames, which must not become one allocation.
 _READ_PIECE = 1 << 24
+# A peak beyond this many times full scale (float audio is expected within +-1) is warned about: clipped to +-1,
+# such audio (a float file written at integer scale, say) gives a wrong transcript. Modest overs (1.2) are common.
+LOUD_PEAK = 2.0
+# An Ogg page header: "OggS", version, flags, granule position, stream serial number, page number, CRC, segments.
+_OGG_PAGE = struct.Struct("<4sBBqIIIB")
+_OGG_BEGIN_OF_STREAM, _OGG_END_OF_STREAM = 0x02, 0x04
+# Where an MP3's Xing/Info tag starts after its first frame header, by MPEG version and channels (the side
+# information's length): MPEG-2 mono, MPEG-1 mono or MPEG-2 stereo, MPEG-1 stereo.
+_XING_OFFSETS = (13, 21, 36)
+_XING_FRAMES, _XING_BYTES = 0x1, 0x2  # the flags telling which counts the tag holds
+# An MP3 holding fewer bytes than its Xing tag declares, beyond this fraction, is truncated (libmpg123's own
+# tolerance before it warns that the "Xing stream size [is] off").
+_XING_SIZE_TOLERANCE = 0.01
 
 
 def prepare_waveform(
@@ -134,6 +149,7 @@ class AudioReader:
         self.frames: int = self._file.frames
         self._exact_seek = self._file.format not in _ESTIMATED_LENGTH_FORMATS
         self._pos, self._tail = 0, np.zeros((0, self.channels), np.float32)  # sequential decoding's state
+        self.peak = 0.0  # the largest absolute sample value decoded so far (before clipping to +-1)
         rate = resampling_rate(self.file_rate, sample_rate)  # the header's rate unless it is a costly one
         # The resampler gives ceil(frames * new / orig) samples.
         self.num_samples: int = -(-self.frames * sample_rate // rate)
@@ -147,16 +163,21 @@ class AudioReader:
         """Length in seconds (from the header; an estimate for MP3 and some Ogg files)."""
         return self.num_samples / self.sample_rate
 
+    def level_warning(self) -> str | None:
+        """A one-line warning naming the file when what was decoded so far reaches beyond :data:`LOUD_PEAK` times
+        full scale (it is clipped to +-1, which garbles the speech); None otherwise."""
+        if self.peak <= LOUD_PEAK:
+            return None
+        return (
+            f"{self.path}: its samples reach {self.peak:.3g} times full scale (audio should lie within +-1); "
+            "clipped, they may give a wrong transcript (a float file written at integer scale?)"
+        )
+
     def _check_header(self) -> None:
         f = self._file
-        if f.format in ("WAV", "WAVEX", "RF64"):
-            match = _WAV_DATA_TOO_LONG.search(f.extra_info)
-            if match and int(match.group(1)) not in _STREAMING_PLACEHOLDER_SIZES:
-                declared, present = match.groups()
-                raise UserError(
-                    f"{self.path}: not a readable audio file "
-                    f"(truncated: its header declares {declared} bytes of audio, the file holds {present})"
-                )
+        truncation = self._truncation()
+        if truncation is not None:
+            raise UserError(f"{self.path}: not a readable audio file (truncated: {truncation})")
         if f.frames <= 0:
             raise UserError(f"{self.path}: holds no audio samples")
         if f.samplerate < MIN_FILE_RATE:
@@ -164,6 +185,25 @@ class AudioReader:
                 f"{self.path}: not a readable audio file (its sample rate, {f.samplerate} Hz, is below "
                 f"{MIN_FILE_RATE} Hz: a damaged header or not speech)"
             )
+
+    def _truncation(self) -> str | None:
+        """How the file shows it was cut short, for the formats whose header or framing tells (None: it does not):
+        a WAV data chunk, or an MP3 Xing tag, declaring more bytes than the file holds; an Ogg stream whose last
+        page is cut or missing. FLAC and the other formats are caught when decoding runs short of the header's
+        length; an MP3 without a Xing/Info tag (libsndfile estimates its length from the file size) cannot be."""
+        f = self._file
+        if f.format in ("WAV", "WAVEX", "RF64"):
+            match = _WAV_DATA_TOO_LONG.search(f.extra_info)
+            if match and int(match.group(1)) not in _STREAMING_PLACEHOLDER_SIZES:
+                return _declared_more(*map(int, match.groups()))
+            return None
+        if f.format not in _ESTIMATED_LENGTH_FORMATS:
+            return None
+        try:
+            with open(self.path, "rb") as raw:
+                return _ogg_truncation(raw) if f.format == "OGG" else _mp3_truncation(raw)
+        except OSError:  # libsndfile has it open: a failure here is for decoding to report
+            return None
 
     def read(self, start: int, end: int) -> torch.Tensor:
         """Samples ``[start, end)`` (at ``sample_rate``) as a float32 mono 1-D tensor in [-1, 1]; shorter only where
@@ -211,6 +251,8 @@ class AudioReader:
             raise UserError(f"{self.path}: holds no audio samples")
         if not np.isfinite(data).all():
             raise UserError(f"{self.path}: not a readable audio file (it holds NaN or infinite samples)")
+        if len(data):
+            self.peak = max(self.peak, float(data.max()), -float(data.min()))
         return data
 
     def _read_exact(self, begin: int, frames: int) -> np.ndarray:
@@ -266,6 +308,63 @@ class AudioReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _declared_more(declared: int, present: int) -> str:
+    """The reason given for a file whose header declares more bytes of audio than it holds."""
+    return f"its header declares {declared} bytes of audio, the file holds {present}"
+
+
+def _ogg_truncation(raw: BinaryIO) -> str | None:
+    """Walk the Ogg pages of ``raw``: the last one cut short, or a logical stream without its end-of-stream page,
+    means the file was truncated (libsndfile decodes what is there and says nothing). Junk after the last page
+    ends the walk (libsndfile ignores it too)."""
+    size = os.fstat(raw.fileno()).st_size
+    unfinished: set[int] = set()  # serial numbers of streams begun and not yet ended
+    offset = 0
+    while offset < size:
+        raw.seek(offset)
+        head = raw.read(_OGG_PAGE.size)
+        if head[:4] != b"OggS"[: len(head)]:
+            break
+        if len(head) < _OGG_PAGE.size:
+            return "its last Ogg page is cut short"
+        _, _, flags, _, serial, _, _, segments = _OGG_PAGE.unpack(head)
+        lacing = raw.read(segments)
+        end = offset + _OGG_PAGE.size + segments + sum(lacing)
+        if len(lacing) < segments or end > size:
+            return "its last Ogg page is cut short"
+        if flags & _OGG_BEGIN_OF_STREAM:
+            unfinished.add(serial)
+        if flags & _OGG_END_OF_STREAM:
+            unfinished.discard(serial)
+        offset = end
+    return "its Ogg stream ends without an end-of-stream page" if unfinished else None
+
+
+def _mp3_truncation(raw: BinaryIO) -> str | None:
+    """Compare the stream size in an MP3's Xing/Info tag (written by LAME, libsndfile and ffmpeg) with the bytes the
+    file holds from its first frame on. The tag's frame count is not used: a damaged count is read for what the
+    file holds, and only the byte count tells a short file from a wrong header."""
+    size = os.fstat(raw.fileno()).st_size
+    head = raw.read(10)
+    start = 0
+    if len(head) == 10 and head.startswith(b"ID3"):  # an ID3v2 tag first: 10 bytes, a synchsafe size, a footer
+        start = 10 + sum((b & 0x7F) << (7 * (3 - i)) for i, b in enumerate(head[6:10])) + 10 * bool(head[5] & 0x10)
+    raw.seek(start)
+    frame = raw.read(max(_XING_OFFSETS) + 16)
+    if len(frame) < 2 or frame[0] != 0xFF or frame[1] & 0xE0 != 0xE0:  # no frame sync where the audio should begin
+        return None
+    for at in _XING_OFFSETS:
+        tag = frame[at : at + 16]
+        if len(tag) == 16 and tag[:4] in (b"Xing", b"Info"):
+            flags = int.from_bytes(tag[4:8], "big")
+            if not flags & _XING_BYTES:
+                return None
+            field = 8 + 4 * bool(flags & _XING_FRAMES)
+            declared, present = int.from_bytes(tag[field : field + 4], "big"), size - start
+            return _declared_more(declared, present) if present < declared * (1 - _XING_SIZE_TOLERANCE) else None
+    return None
 
 
 def _check_openable(name: str) -> None:

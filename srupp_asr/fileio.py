@@ -11,6 +11,8 @@ from typing import Any
 
 from srupp_asr.errors import UserError
 
+MAX_TEMP_FORMAT_SUFFIX = 32  # bytes of a name's format suffix kept in its temporary name (``.jsonl.gz``: 9)
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -18,15 +20,24 @@ def _umask() -> int:
     return mask
 
 
+def _temp_suffix(path: Path) -> str:
+    """``.tmp`` and ``path``'s format suffix (``.flac``, ``.jsonl.gz``), so writers that go by the name pick the
+    right format; an overlong suffix is left out, so the temporary name always fits the file system."""
+    suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".gz") else path.suffix
+    return f".tmp{suffix}" if len(os.fsencode(suffix)) <= MAX_TEMP_FORMAT_SUFFIX else ".tmp"
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, temp_suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` (same suffixes, so writers pick the right format, unless
-    ``temp_suffix`` is given); when the block succeeds it replaces ``path`` atomically, otherwise it is removed."""
+    ``temp_suffix`` is given); when the block succeeds it replaces ``path`` atomically, otherwise it is removed.
+
+    The temporary file is hidden and short (``.`` + 8 random characters + the suffix), not derived from ``path``'s
+    name: any name the file system allows (up to 255 bytes) can be written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".gz") else path.suffix
-    suffix = f".tmp{suffix}" if temp_suffix is None else temp_suffix
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    suffix = _temp_suffix(path) if temp_suffix is None else temp_suffix
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=suffix)
     os.close(fd)
     try:
         yield Path(tmp)

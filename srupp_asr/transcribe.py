@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import os
 import sys
 import time
@@ -45,6 +46,7 @@ from srupp_asr.writers import (
     output_names,
     parse_formats,
     printable,
+    printable_line,
     printable_transcript,
     segment_words,
     to_json,
@@ -71,6 +73,9 @@ DEFAULT_DECODING = "ctc_prefix_beam"  # robust at any length; the attention mode
 DEFAULT_BATCH_SIZE = 8
 DEFAULT_LM_WEIGHT = 0.3  # with --lm and no --lm-weight (ESPnet's LibriSpeech recipes use 0.3-0.6)
 MAX_CHUNK_SECONDS = 600.0  # the most audio decoded at once (a whole file, a chunk or a padded batch)
+# The range of --max-chunk-seconds: shorter chunks hold too little speech to recognise (0.5 s gives garbage, under
+# 25 ms not one feature frame: nothing); 10^9 s is beyond any memory (and inf cannot be counted in samples).
+CHUNK_SECONDS_RANGE = (1.0, 1e9)
 CHUNK_OVERLAP = 10.0  # seconds shared by neighbouring chunks (at most a quarter of a chunk by default)
 VAD_BLOCK_SECONDS = 30.0  # the VAD reads the recording in blocks of this length
 MAX_EXIT_CODE = 100  # the exit code counts failed files, up to this
@@ -111,7 +116,8 @@ def default_model_dir() -> Path:
 
 
 def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
-    """The audio files named by ``inputs``, in a fixed order, and one-line problems for inputs that name none.
+    """The audio files named by ``inputs``, in a fixed order, and one-line problems for inputs that name none
+    (a directory without audio, a ``@LIST`` that cannot be read: the other inputs still count).
 
     An input is a file (taken as it is, whatever its name), a directory (searched recursively for audio file
     names, sorted, hidden entries skipped) or ``@LIST``, a text file of inputs, one per line (blank lines and
@@ -131,7 +137,7 @@ def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], li
             seen.add(key)
             files.append(path)
 
-    for entry in _expand_lists(inputs):
+    for entry in _expand_lists(inputs, problems):
         if os.path.isdir(entry):
             found = [path for path in _walk_sorted(entry) if path.lower().endswith(AUDIO_EXTENSIONS)]
             if not found:
@@ -143,11 +149,18 @@ def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], li
     return files, problems
 
 
-def _expand_lists(inputs: Sequence[str | os.PathLike[str]]) -> Iterator[str]:
+def _expand_lists(inputs: Sequence[str | os.PathLike[str]], problems: list[str]) -> Iterator[str]:
+    """``inputs`` with each ``@LIST`` replaced by its entries; a list that cannot be read adds its one-line problem
+    to ``problems`` and nothing else."""
     for item in inputs:
         entry = os.fspath(item)
         if entry.startswith("@") and len(entry) > 1:
-            for line in read_text(entry[1:], "list file").splitlines():
+            try:
+                text = read_text(entry[1:], "list file")
+            except UserError as err:
+                problems.append(str(err))
+                continue
+            for line in text.splitlines():
                 line = line.strip()
                 if line and not line.startswith("#"):
                     yield line
@@ -186,12 +199,14 @@ class UnusableModel(UserError):
 
 @dataclass
 class _Job:
-    """One input file: where it is, its output name and length (once probed)."""
+    """One input file: where it is, its output name, length (once probed) and a warning about its audio (once
+    decoded)."""
 
     index: int
     path: str
     name: str
     num_samples: int = 0
+    warning: str | None = None
 
 
 class _Transcriber:
@@ -271,13 +286,20 @@ class _Transcriber:
                 batches.append([job])
         return batches
 
+    def load(self, job: _Job) -> torch.Tensor:
+        """The whole waveform of ``job``'s file (as :func:`srupp_asr.audio.load_audio`), noting its level warning."""
+        from srupp_asr.audio import AudioReader
+
+        with AudioReader(job.path, self.rate) as reader:
+            wav = reader.read(0, reader.num_samples)
+            job.warning = reader.level_warning()
+        return wav
+
     def run_batch(self, batch: Sequence[_Job]) -> list[Transcript]:
         """Transcripts of whole files decoded together (UserError when one cannot be read: the caller retries
         them one by one)."""
-        from srupp_asr.audio import load_audio
-
         begin = time.perf_counter()
-        wavs = [load_audio(job.path) for job in batch]
+        wavs = [self.load(job) for job in batch]
         for job, wav in zip(batch, wavs, strict=True):
             job.num_samples = wav.numel()  # MP3 and some Ogg headers only estimate the length
         hyps = self.decode(wavs)
@@ -322,6 +344,7 @@ class _Transcriber:
                 words.append(longform.shift_words(hyp.words, start))
                 texts.append(hyp.text)
                 progress((chunk.end - chunk.start) / self.rate)
+            job.warning = reader.level_warning()
         if end < job.num_samples:  # only what was decoded counts
             job.num_samples = end
             spans = [(a, min(b, end / self.rate)) for a, b in spans[: len(words)]]
@@ -353,6 +376,7 @@ def transcribe(
     progress: bool = False,
     on_error: Callable[[str], None] | None = None,
     on_transcript: Callable[[Transcript], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> list[Transcript]:
     """Transcribe audio files (or directories, or ``@LIST`` files) with a model directory (default: the built-in
     model); returns the transcripts of the files that could be read, in input order.
@@ -363,6 +387,8 @@ def transcribe(
     from ``srupp-asr train-lm`` for shallow fusion with ``lm_weight`` (default 0.3). ``on_error(message)``
     gets a one-line ``"PATH: reason"`` per file that cannot be transcribed; without it the first such file raises
     :class:`UserError`. ``on_transcript`` is called with each transcript in input order as soon as it is ready.
+    ``on_warning(message)`` gets a one-line ``"PATH: reason"`` per file transcribed despite a problem (samples far
+    beyond full scale, clipped); without it the warning is logged.
     """
     import torch
     from tqdm import tqdm
@@ -410,6 +436,11 @@ def transcribe(
     in_order = _InOrder(on_transcript)
 
     def finish(job: _Job, transcript: Transcript | None) -> None:
+        if transcript is not None and job.warning is not None:
+            if on_warning is None:
+                log.warning("%s", job.warning)
+            else:
+                on_warning(job.warning)
         if transcript is not None and output_dir is not None:
             try:
                 write_transcript(transcript, output_dir, job.name, formats)
@@ -497,14 +528,17 @@ def _check_settings(
         raise UserError(f"--batch-size must be at least 1, got {batch_size}")
     if threads is not None and threads < 1:
         raise UserError(f"--threads must be at least 1, got {threads}")
-    if not max_chunk_seconds > 0:
-        raise UserError(f"--max-chunk-seconds must be positive, got {max_chunk_seconds}")
+    low, high = CHUNK_SECONDS_RANGE
+    if not low <= max_chunk_seconds <= high:  # nan and inf too
+        raise UserError(
+            f"--max-chunk-seconds must be a number of seconds in [{low:g}, {high:g}], got {max_chunk_seconds}"
+        )
     if not 0 <= chunk_overlap <= max_chunk_seconds / 2:
         raise UserError(f"--chunk-overlap must be in [0, max-chunk-seconds / 2], got {chunk_overlap}")
     if max_segment_words < 1:
         raise UserError(f"--max-segment-words must be at least 1, got {max_segment_words}")
-    if segment_pause < 0:
-        raise UserError(f"--segment-pause must not be negative, got {segment_pause}")
+    if not (segment_pause >= 0 and math.isfinite(segment_pause)):
+        raise UserError(f"--segment-pause must be a finite number of seconds >= 0, got {segment_pause}")
 
 
 # ------------------------------------------------------------------------------------------ command line
@@ -515,7 +549,7 @@ def _stdout_printer(fmt: str, several: bool) -> Callable[[Transcript], None]:
     if not several:
         return lambda t: print(WRITERS[fmt](printable_transcript(t)), end="", flush=True)
     if fmt == "txt":
-        return lambda t: print(f"{printable(t.path)}\t{t.text}", flush=True)
+        return lambda t: print(f"{printable_line(t.path)}\t{printable_line(t.text)}", flush=True)
     return lambda t: print(to_json(printable_transcript(t), indent=None), end="", flush=True)  # JSON lines
 
 
@@ -538,7 +572,10 @@ def transcribe_command(args: argparse.Namespace) -> int:
     def on_error(message: str) -> None:
         nonlocal failed
         failed += 1
-        print(f"srupp-asr transcribe: error: {printable(message)}", file=sys.stderr, flush=True)
+        print(f"srupp-asr transcribe: error: {printable_line(message)}", file=sys.stderr, flush=True)
+
+    def on_warning(message: str) -> None:
+        print(f"srupp-asr transcribe: warning: {printable_line(message)}", file=sys.stderr, flush=True)
 
     begin = time.perf_counter()
     transcripts = transcribe(
@@ -563,6 +600,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
         progress=not args.quiet and sys.stderr.isatty(),
         on_error=on_error,
         on_transcript=on_transcript,
+        on_warning=on_warning,
     )
     wall = time.perf_counter() - begin
     if not args.quiet:
@@ -661,7 +699,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--max-chunk-seconds",
         type=float,
         default=MAX_CHUNK_SECONDS,
-        help=f"memory budget: the most audio decoded at once; longer files are chunked (default {MAX_CHUNK_SECONDS:g})",
+        help="memory budget: the most audio decoded at once; longer files are chunked "
+        f"(default {MAX_CHUNK_SECONDS:g}, at least {CHUNK_SECONDS_RANGE[0]:g})",
     )
     p.add_argument(
         "--chunk-overlap",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,6 +28,8 @@ from srupp_asr.fileio import atomic_write_text
 FORMATS = ("txt", "json", "srt", "vtt", "tsv")
 MAX_SEGMENT_WORDS = 12  # subtitle-sized segments: a line or two on screen
 SEGMENT_PAUSE = 0.8  # seconds of silence between two words that end a segment
+# Control characters (Unicode category Cc) and the line and paragraph separators: what can end or rewrite a line.
+_LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class TimedWord(Protocol):
@@ -227,6 +230,13 @@ def printable(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def printable_line(text: str) -> str:
+    """:func:`printable` ``text`` with its control characters (newline, tab, escape, ...) and Unicode line separators
+    escaped as Python's ``repr`` writes them (``\\n``, ``\\t``, ``\\x1b``, ``\\u2028``): a file name printed in an
+    error or a ``PATH<TAB>text`` line can neither break that line nor fake another."""
+    return _LINE_BREAKING.sub(lambda match: repr(match.group())[1:-1], printable(text))
+
+
 def printable_transcript(transcript: Transcript) -> Transcript:
     """``transcript`` with a path that can be written as UTF-8 (the transcript itself keeps the real name)."""
     path = printable(transcript.path)
@@ -245,7 +255,8 @@ def write_transcript(
         try:
             atomic_write_text(path, WRITERS[fmt](printable_transcript(transcript)))
         except OSError as err:
-            kept = "the previous file is kept" if path.exists() else "nothing was written"
+            # os.path.exists is False where Path.exists raises (a name longer than the file system allows).
+            kept = "the previous file is kept" if os.path.exists(path) else "nothing was written"
             raise UserError(f"{path}: cannot write ({err.strerror or err}); {kept}") from None
         written.append(path)
     return written

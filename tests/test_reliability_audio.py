@@ -628,10 +628,175 @@ def test_an_unexpected_error_on_one_file_is_one_line_and_the_batch_goes_on(monke
     monkeypatch.setattr(worker, method, failing)
     args = ["transcribe", "--model", str(model), "--decoding", "ctc_greedy", str(victim[0]), str(fine[0])]
     if long:  # every file goes through the chunked long-form path
-        args += ["--max-chunk-seconds", "0.5"]
+        args += ["--max-chunk-seconds", "1"]
     code = main(args)
     out, err = capsys.readouterr()
     assert code == 1
     assert f"{fine[0]}\t" in out
     errors = [line for line in err.splitlines() if line.startswith(ERROR_PREFIX)]
     assert errors == [f"{ERROR_PREFIX}{victim[0]}: internal error (RuntimeError: simulated bug); please report it"]
+
+
+# ------------------------------------------------------------------------------------------ truncated Ogg and MP3
+
+
+def _lossy_formats() -> list[tuple[str, str | None, str]]:
+    formats = sf.available_formats()
+    wanted = [("OGG", "VORBIS", "ogg"), ("OGG", "OPUS", "opus"), ("MP3", None, "mp3")]
+    return [(f, s, e) for f, s, e in wanted if f in formats and (s is None or s in sf.available_subtypes(f))]
+
+
+def _tone(seconds: float = 8.0) -> np.ndarray:
+    t = np.arange(round(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    return (0.3 * np.sin(2 * np.pi * (200 + 300 * t) * t)).astype(np.float32)
+
+
+def _lossy_file(folder: Path, fmt: str, subtype: str | None, ext: str) -> Path:
+    path = folder / f"whole.{ext}"
+    sf.write(path, _tone(), SAMPLE_RATE, format=fmt, subtype=subtype)
+    return path
+
+
+@pytest.mark.parametrize(("fmt", "subtype", "ext"), _lossy_formats())
+@pytest.mark.parametrize("kept", [0.5, 0.95])
+def test_a_truncated_ogg_or_mp3_is_one_error_naming_it(tmp_path, fmt, subtype, ext, kept):
+    # libsndfile decodes what is left and says nothing (an Ogg header's length comes from the last page left).
+    data = _lossy_file(tmp_path, fmt, subtype, ext).read_bytes()
+    cut = tmp_path / f"cut.{ext}"
+    cut.write_bytes(data[: int(len(data) * kept)])
+    reason = (
+        "its last Ogg page is cut short"
+        if fmt == "OGG"
+        else f"its header declares {len(data)} bytes of audio, the file holds {int(len(data) * kept)}"
+    )
+    with pytest.raises(UserError) as caught:
+        load_audio(cut)
+    assert str(caught.value) == f"{cut}: not a readable audio file (truncated: {reason})"
+
+
+@pytest.mark.parametrize(("fmt", "subtype", "ext"), [f for f in _lossy_formats() if f[0] == "OGG"])
+def test_an_ogg_cut_between_pages_lacks_its_end_of_stream_page(tmp_path, fmt, subtype, ext):
+    data = _lossy_file(tmp_path, fmt, subtype, ext).read_bytes()
+    cut = tmp_path / f"cut.{ext}"
+    cut.write_bytes(data[: data.rfind(b"OggS")])  # whole pages, the last one (end of stream) missing
+    with pytest.raises(UserError, match=r"truncated: its Ogg stream ends without an end-of-stream page\)$"):
+        load_audio(cut)
+
+
+@pytest.mark.parametrize(("fmt", "subtype", "ext"), _lossy_formats())
+def test_whole_ogg_and_mp3_files_with_tags_or_trailing_bytes_are_not_called_truncated(tmp_path, fmt, subtype, ext):
+    whole = _lossy_file(tmp_path, fmt, subtype, ext)
+    expected = load_audio(whole)
+    data = whole.read_bytes()
+    variants = {"trailing": data + b"\0" * 300}  # junk after the last Ogg page, or an ID3v1-sized trailer
+    if fmt == "MP3":  # an ID3v2 tag (10-byte header, synchsafe size 300) before the first frame
+        variants["id3v2"] = b"ID3\x04\x00\x00\x00\x00\x02\x2c" + b"\0" * 300 + data
+    for name, content in variants.items():
+        (tmp_path / f"{name}.{ext}").write_bytes(content)
+        torch.testing.assert_close(load_audio(tmp_path / f"{name}.{ext}"), expected)
+    if fmt == "MP3":
+        (tmp_path / f"id3v2_cut.{ext}").write_bytes(variants["id3v2"][: 310 + len(data) // 2])
+        with pytest.raises(UserError, match=f"the file holds {len(data) // 2}\\)$"):
+            load_audio(tmp_path / f"id3v2_cut.{ext}")
+
+
+# ------------------------------------------------------------------------------------------ loud float files
+
+
+def test_a_float_file_far_beyond_full_scale_gets_a_level_warning(tmp_path):
+    sf.write(tmp_path / "loud.wav", _tone() * 32768, SAMPLE_RATE, subtype="FLOAT")  # written at int16 scale
+    sf.write(tmp_path / "hot.wav", _tone() * 5, SAMPLE_RATE, subtype="FLOAT")  # 1.5: a modest over, common
+    with AudioReader(tmp_path / "loud.wav") as reader:
+        assert reader.level_warning() is None  # nothing decoded yet
+        assert reader.read(0, reader.num_samples).abs().max() <= 1.0  # clipped as before
+        assert reader.level_warning() == (
+            f"{tmp_path / 'loud.wav'}: its samples reach 9.83e+03 times full scale (audio should lie within +-1); "
+            "clipped, they may give a wrong transcript (a float file written at integer scale?)"
+        )
+    with AudioReader(tmp_path / "hot.wav") as reader:
+        reader.read(0, reader.num_samples)
+        assert reader.level_warning() is None
+
+
+# ------------------------------------------------------------------------------------------ a batch of odd inputs
+
+
+WARNING_PREFIX = "srupp-asr transcribe: warning: "
+
+
+class OddBatch:
+    """One CLI run over good files with odd names, a missing @LIST, a loud file and a truncated Ogg file."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.good: dict[str, str] = {}  # path -> its transcript
+        self.inputs: list[str] = []
+        self.code = -1
+        self.out: list[str] = []
+        self.err: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def odd_batch(model, utts, tmp_path_factory) -> OddBatch:
+    batch = OddBatch(tmp_path_factory.mktemp("odd"))
+    folder = batch.folder
+    for i, name in enumerate(["plain.wav", "two\nlines\tand tab.wav", "esc\x1b[2Jape.wav"]):
+        shutil.copy(utts[i][0], folder / name)
+        batch.good[str(folder / name)] = utts[i][1]
+    (folder / "bad\nsrupp-asr transcribe: error: fake.wav").write_bytes(b"not audio" * 20)
+    sf.write(folder / "loud.wav", load_audio(utts[3][0]).numpy() * 32768, SAMPLE_RATE, subtype="FLOAT")
+    if ("OGG", "VORBIS", "ogg") in _lossy_formats():
+        sf.write(folder / "cut.ogg", load_audio(utts[4][0]).numpy(), SAMPLE_RATE, format="OGG", subtype="VORBIS")
+        data = (folder / "cut.ogg").read_bytes()
+        (folder / "cut.ogg").write_bytes(data[: len(data) // 2])
+    names = sorted(os.listdir(folder))
+    batch.inputs = [str(folder / names[0]), f"@{folder / 'missing.txt'}", *(str(folder / n) for n in names[1:])]
+    done = _run_cli(["--model", str(model), "--decoding", "ctc_greedy", "--threads", "2", *batch.inputs])
+    batch.code = done.returncode
+    batch.out = done.stdout.decode("utf-8").splitlines()
+    batch.err = done.stderr.decode("utf-8").splitlines()
+    return batch
+
+
+def _errors(batch: OddBatch) -> list[str]:
+    return [line for line in batch.err if line.startswith(ERROR_PREFIX)]
+
+
+def test_a_missing_list_is_one_error_and_the_other_inputs_are_transcribed(odd_batch):
+    assert f"{ERROR_PREFIX}{odd_batch.folder / 'missing.txt'}: list file not found" in odd_batch.err
+    assert len(odd_batch.out) == len(odd_batch.good) + 1  # the good files and the loud one
+    cut = (odd_batch.folder / "cut.ogg").exists()
+    assert odd_batch.code == len(_errors(odd_batch)) == 2 + cut  # the list, the bad file (and the cut Ogg file)
+    assert "Traceback" not in "\n".join(odd_batch.err)
+
+
+def test_control_characters_in_names_are_escaped_one_line_per_input(odd_batch):
+    from srupp_asr.writers import printable_line
+
+    for path, text in odd_batch.good.items():
+        assert f"{printable_line(path)}\t{text}" in odd_batch.out
+    bad = odd_batch.folder / "bad\\nsrupp-asr transcribe: error: fake.wav"
+    assert f"{ERROR_PREFIX}{bad}: not a readable audio file (Format not recognised.)" in odd_batch.err
+    # Every line is an error, the loud file's warning or the summary: no name broke or faked a line.
+    assert all(line.startswith((ERROR_PREFIX, WARNING_PREFIX)) for line in odd_batch.err[:-1]), odd_batch.err
+    assert len(odd_batch.err) == len(_errors(odd_batch)) + 2
+    assert SUMMARY.match(odd_batch.err[-1])
+
+
+def test_a_loud_float_file_is_transcribed_with_one_warning_naming_it(odd_batch):
+    loud = odd_batch.folder / "loud.wav"
+    peak = float(np.abs(sf.read(loud, dtype="float32")[0]).max())
+    assert [line for line in odd_batch.err if line.startswith(WARNING_PREFIX)] == [
+        f"{WARNING_PREFIX}{loud}: its samples reach {peak:.3g} times full scale (audio should lie within +-1); "
+        "clipped, they may give a wrong transcript (a float file written at integer scale?)"
+    ]
+    assert any(line.startswith(f"{loud}\t") for line in odd_batch.out)
+
+
+def test_a_truncated_ogg_file_in_a_batch_is_one_error_naming_it(odd_batch):
+    cut = odd_batch.folder / "cut.ogg"
+    if not cut.exists():
+        pytest.skip("this libsndfile cannot write Ogg Vorbis")
+    assert [line for line in _errors(odd_batch) if str(cut) in line] == [
+        f"{ERROR_PREFIX}{cut}: not a readable audio file (truncated: its last Ogg page is cut short)"
+    ]

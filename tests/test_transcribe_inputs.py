@@ -53,9 +53,13 @@ def test_list_files_hold_one_input_per_line(tmp_path, monkeypatch):
     assert find_inputs(["@list.txt"]) == (["x.wav", "dir/y.flac"], [])
 
 
-def test_an_unreadable_list_file_is_a_user_error(tmp_path):
-    with pytest.raises(UserError, match="list file not found"):
-        find_inputs([f"@{tmp_path / 'nope.txt'}"])
+def test_an_unreadable_list_file_is_a_problem_and_the_other_inputs_still_count(tmp_path):
+    a = _touch(tmp_path / "a.wav")
+    (tmp_path / "list.txt").write_text(f"{a}\n")
+    missing = tmp_path / "nope.txt"
+    files, problems = find_inputs([f"@{missing}", f"@{tmp_path}", f"@{tmp_path / 'list.txt'}"])
+    assert files == [str(a)]
+    assert problems == [f"{missing}: list file not found", f"{tmp_path}: is a directory, not a list file"]
 
 
 def test_a_directory_without_audio_is_a_problem(tmp_path):
@@ -109,6 +113,14 @@ def test_no_default_model_says_how_to_build_one(monkeypatch, tmp_path, capsys):
         (["a.wav", "b.wav", "-f", "srt"], "srt for several files needs --output-dir"),
         (["a.wav", "--batch-size", "0"], "--batch-size must be at least 1"),
         (["a.wav", "--max-chunk-seconds", "10", "--chunk-overlap", "6"], "--chunk-overlap must be in"),
+        (["a.wav", "--max-chunk-seconds", "inf"], "--max-chunk-seconds must be a number of seconds in [1, 1e+09]"),
+        (["a.wav", "--max-chunk-seconds", "1e308"], "--max-chunk-seconds must be a number of seconds in [1, 1e+09]"),
+        (["a.wav", "--max-chunk-seconds", "nan"], "--max-chunk-seconds must be a number of seconds in [1, 1e+09]"),
+        (["a.wav", "--max-chunk-seconds", "0.001"], "--max-chunk-seconds must be a number of seconds in [1, 1e+09]"),
+        (["a.wav", "--max-chunk-seconds", "0.5"], "got 0.5"),
+        (["a.wav", "--segment-pause", "nan"], "--segment-pause must be a finite number of seconds >= 0, got nan"),
+        (["a.wav", "--segment-pause", "inf"], "--segment-pause must be a finite number of seconds >= 0, got inf"),
+        (["a.wav", "--segment-pause", "-1"], "--segment-pause must be a finite number of seconds >= 0, got -1"),
         (["a.wav", "--beam", "0"], "beam must be an integer >= 1"),
         (["a.wav", "--model", "nowhere"], "nowhere: model directory not found"),
         (["a.wav", "--model", "nowhere", "--device", "tpu"], "unknown device"),

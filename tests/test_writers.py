@@ -174,3 +174,27 @@ def test_write_transcript_escapes_a_path_that_is_not_utf8(tmp_path):
     (path,) = write_transcript(t, tmp_path, name, ["json"])
     assert path.name == f"{name}.json"  # the output keeps the raw name on disk
     assert json.loads(path.read_text(encoding="utf-8"))["audio"] == "/data/caf\\xe9.wav"
+
+
+@pytest.mark.parametrize("stem_bytes", [233, 250])  # 238 to 255 bytes with ".json": all fit the file system
+def test_write_transcript_takes_any_name_the_file_system_allows(tmp_path, stem_bytes):
+    (path,) = write_transcript(_transcript(), tmp_path, "x" * stem_bytes, ["json"])
+    assert json.loads(path.read_text())["text"] == "hello big world again"
+    assert os.listdir(tmp_path) == [path.name]
+
+
+def test_a_name_longer_than_the_file_system_allows_is_one_user_error(tmp_path):
+    name = "x" * 251  # 256 bytes with ".json"
+    with pytest.raises(UserError) as caught:
+        write_transcript(_transcript(), tmp_path, name, ["json"])
+    assert str(caught.value) == f"{tmp_path / name}.json: cannot write (File name too long); nothing was written"
+    assert os.listdir(tmp_path) == []
+
+
+def test_printable_line_escapes_control_characters_and_line_separators_only():
+    from srupp_asr.writers import printable_line
+
+    name = "a\nb\tc\x1b[31m\rd\x7f\x85e\u2028f\u2029 naïve 日本 back\\slash"
+    assert printable_line(name) == "a\\nb\\tc\\x1b[31m\\rd\\x7f\\x85e\\u2028f\\u2029 naïve 日本 back\\slash"
+    assert printable_line(name).splitlines() == [printable_line(name)]  # one line, whatever the name
+    assert printable_line(os.fsdecode(b"caf\xe9\n.wav")) == "caf\\xe9\\n.wav"  # not UTF-8 either
