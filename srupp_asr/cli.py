@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from srupp_asr import __version__
-from srupp_asr.errors import UserError
+from srupp_asr.errors import UserError, first_line
 
 # command -> (module with its add_parser, one-line help shown by `srupp-asr --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -96,11 +97,41 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(command: str, fn) -> int:
+    """Run a command; user errors (2) and operating-system errors (1: a folder that cannot be written, a full
+    disk, ...) become one line on stderr. ``SRUPP_TRACEBACK=1`` re-raises the latter, for debugging."""
     try:
         return int(fn() or 0)
     except UserError as err:
         print(f"srupp-asr {command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as other tools do
+        _silence_stdout()
+        return 1
+    except OSError as err:
+        if os.environ.get("SRUPP_TRACEBACK") == "1":
+            raise
+        print(f"srupp-asr {command}: error: {describe_os_error(err)}", file=sys.stderr)
+        _silence_stdout()  # stdout itself may be what failed: its flush at exit must not print a traceback
+        return 1
+
+
+def describe_os_error(err: OSError) -> str:
+    """``FILE: what went wrong`` (both files for a rename), or the message when no file is named."""
+    reason = err.strerror or first_line(err)
+    if isinstance(err, FileExistsError) and err.filename is not None and not os.path.isdir(err.filename):
+        reason = "exists and is not a folder"
+    if err.filename is None:
+        return f"cannot write or read: {reason}" if err.strerror else reason
+    where = f"{err.filename} -> {err.filename2}" if err.filename2 is not None else str(err.filename)
+    return f"{where}: {reason}"
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (captured by a test)
+        pass
 
 
 if __name__ == "__main__":

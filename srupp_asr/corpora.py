@@ -337,7 +337,7 @@ def score_talks(
 
     transcripts_dir = Path(transcripts_dir)
     refs, hyps = [], []
-    for cut in load_cuts(talks):
+    for cut in load_cuts(talks, allow_command_sources=True):  # texts only: no audio is read
         refs.append(Transcript(cut.id, cut_text(cut), cut.recording_id))
         path = transcripts_dir / f"{cut.recording_id}.json"
         if path.is_file():
@@ -368,7 +368,7 @@ def _prepare_command(args: argparse.Namespace) -> int:
     from srupp_asr.data import load_cuts
 
     for path in prepare_corpus(args.corpus, args.corpus_dir, args.out_dir, args.subset, args.jobs).values():
-        cuts = load_cuts(path, lazy=True)
+        cuts = load_cuts(path, lazy=True, allow_command_sources=True)  # durations only: no audio is read
         count, hours = 0, 0.0
         for cut in cuts:
             count, hours = count + 1, hours + cut.duration / 3600
@@ -379,7 +379,8 @@ def _prepare_command(args: argparse.Namespace) -> int:
 def _speed_perturb_command(args: argparse.Namespace) -> int:
     from srupp_asr.data import load_cuts, save_cuts
 
-    save_cuts(speed_perturbed(load_cuts(args.cuts, lazy=True), args.factors), args.out)
+    # no audio is read: the perturbation is recorded in the cuts (and checked again where they are used)
+    save_cuts(speed_perturbed(load_cuts(args.cuts, lazy=True, allow_command_sources=True), args.factors), args.out)
     print(f"wrote {args.out} (speeds {' '.join(str(f) for f in args.factors)})")
     return 0
 

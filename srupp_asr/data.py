@@ -26,9 +26,10 @@ from lhotse.cut import Cut
 from lhotse.dataset import CutMix, DynamicBucketingSampler, ReverbWithImpulseResponse
 
 from srupp_asr.audio import SAMPLE_RATE  # the model's input rate; cuts at other rates are resampled on the fly
+from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output
-from srupp_asr.manifest_check import check_cuts_manifest
+from srupp_asr.manifest_check import check_cuts, check_cuts_manifest
 from srupp_asr.text import normalize_text
 from srupp_asr.tokenizer import Tokenizer
 
@@ -39,13 +40,23 @@ _CUT_SUFFIXES = (".jsonl.gz", ".jsonl")
 _BINS_ESTIMATE_CUTS = 10000  # lhotse's default number of cuts read to place the bucket boundaries
 
 
-def load_cuts(path: str | os.PathLike, lazy: bool = False) -> CutSet:
-    """Open a cut manifest, checking that it exists and starts with a readable cut (UserError otherwise)."""
+def load_cuts(
+    path: str | os.PathLike, lazy: bool = False, allow_command_sources: bool = False, check: bool = True
+) -> CutSet:
+    """Open a cut manifest after checking every line of it (UserError otherwise, one line naming the file).
+
+    The check (:func:`srupp_asr.manifest_check.check_cuts_manifest`) refuses lines that are not cuts, duplicate
+    ids, URL sources, and audio sources that run a shell command unless ``allow_command_sources`` (a caller that
+    reads only the texts may allow them: nothing runs). Manifests in other formats than ``.jsonl[.gz]`` are
+    checked cut by cut after loading. ``check=False`` skips the check (the caller has made its own)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: cut manifest not found")
+    jsonl = path.name.endswith(_CUT_SUFFIXES)
+    if check and jsonl:
+        check_cuts_manifest(path, None, allow_command_sources)
     try:
-        if lazy and path.name.endswith(_CUT_SUFFIXES):
+        if lazy and jsonl:
             cuts = CutSet.from_jsonl_lazy(path)
             first = next(iter(cuts), None)
         else:
@@ -58,7 +69,38 @@ def load_cuts(path: str | os.PathLike, lazy: bool = False) -> CutSet:
         raise UserError(f"{path}: cut manifest is empty")
     if not isinstance(first, Cut):
         raise UserError(f"{path}: holds {type(first).__name__} entries, not cuts (expected a CutSet manifest)")
+    if check and not jsonl:
+        check_cuts(cuts, path, allow_command_sources)
     return cuts
+
+
+def load_cut_audio(cut: Cut) -> np.ndarray:
+    """A cut's samples as lhotse loads them; any failure is a one-line ``UserError`` naming the audio and the cut."""
+    try:
+        return cut.load_audio()
+    except Exception as err:  # any decoder, command or file error
+        raise UserError(f"{_audio_location(cut)}: cut {cut.id}: {_audio_problem(cut, err)}") from None
+
+
+def _audio_location(cut: Cut) -> str:
+    recording = getattr(cut, "recording", None)
+    sources = getattr(recording, "sources", None) or []
+    return str(sources[0].source) if sources else str(cut.id)
+
+
+def _audio_problem(cut: Cut, err: Exception) -> str:
+    """One line for a lhotse audio error, which lists every backend's failure and dumps the cut on more lines."""
+    recording = getattr(cut, "recording", None)
+    sources = getattr(recording, "sources", None) or []
+    if sources and sources[0].type == "file" and not os.path.exists(sources[0].source):
+        return "audio file not found"
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    # lhotse's AudioLoadingError: "Exception #0 (<backend>): <class ...>: what the first backend said"
+    detail = next((line.split(">: ", 1)[-1] for line in lines if line.startswith("Exception #0")), None)
+    detail = detail or (lines[0] if lines else type(err).__name__)
+    if len(detail) > 200:
+        detail = detail[:200] + "..."
+    return f"cannot load its audio ({detail})"
 
 
 def save_cuts(cuts: Iterable[Cut], path: str | os.PathLike) -> None:
@@ -108,6 +150,10 @@ class ASRDataset(torch.utils.data.Dataset):
     ) -> None:
         """Build the dataset; augmentations are off unless their arguments are given."""
         self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer(tokenizer)
+        # (cut id, one-line error) of each cut left out because its audio did not load; a caller in this process
+        # (``evaluate``) reads and clears it, in a DataLoader worker nobody does, so it is capped
+        self.load_errors: list[tuple[str, str]] = []
+        self.warn_load_errors = True  # log each as a warning (off where the caller reports them itself)
         self.speed_perturb = tuple(float(f) for f in speed_perturb) if speed_perturb else ()
         if any(f <= 0 for f in self.speed_perturb):
             raise UserError(f"speed_perturb: factors must be positive, got {list(self.speed_perturb)}")
@@ -166,9 +212,12 @@ class ASRDataset(torch.utils.data.Dataset):
         audios, texts, ids = [], [], []
         for cut in cuts:
             try:
-                audio = cut.load_audio()
-            except Exception as err:  # any decoder, command or file error: lose the cut, not the epoch
-                log.warning("skipping cut %s: cannot load its audio (%s: %s)", cut.id, type(err).__name__, err)
+                audio = load_cut_audio(cut)
+            except UserError as err:  # lose the cut, not the epoch
+                if self.warn_load_errors:
+                    log.warning("skipping %s", err)
+                if len(self.load_errors) < 10_000:
+                    self.load_errors.append((cut.id, str(err)))
                 continue
             audio = np.asarray(audio, dtype=np.float32)
             if audio.ndim == 2:
@@ -347,6 +396,10 @@ class ASRDataModule(L.LightningDataModule):
         shell command per recording (off: a manifest from a stranger cannot run commands)."""
         super().__init__()
         self.save_hyperparameters()
+        with config_options("data"):  # a bad value is a ConfigValueError naming data.<option>
+            check_number("max_duration", max_duration, above=0.0)
+            check_int("num_buckets", num_buckets)
+            check_int("num_workers", num_workers, minimum=0)
         self.train_cuts_path = train_cuts
         self.valid_cuts_path = valid_cuts
         self.tokenizer_path = tokenizer
@@ -386,7 +439,7 @@ class ASRDataModule(L.LightningDataModule):
         if self.check_manifests and str(path).endswith(_CUT_SUFFIXES):
             count = check_cuts_manifest(path, self.audio_roots, self.allow_command_sources)
             log.info("%s: %d cuts checked", path, count)
-        return load_cuts(path, lazy=True)
+        return load_cuts(path, lazy=True, check=False)
 
     def _distribution(self) -> dict:
         """world_size / rank for the samplers: the trainer's when there is one, else lhotse infers them."""

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from srupp_asr.checks import check_divides, check_probability, check_size
 from srupp_asr.encoders import sequence_mask, sinusoidal_positions
 
 IGNORE_ID = -1
@@ -45,8 +46,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, kv_dim: int | None = None) -> None:
         super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
+        check_divides("num_heads", num_heads, "d_model", check_size("d_model", d_model))
         kv_dim = d_model if kv_dim is None else kv_dim
         self.num_heads, self.dropout = num_heads, dropout
         self.wq = nn.Linear(d_model, d_model)
@@ -127,8 +127,10 @@ class TransformerDecoder(nn.Module):
         memory_dim: int | None = None,
     ) -> None:
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"the decoder needs at least one layer, got num_layers={num_layers}")
+        check_size("num_layers", num_layers)
+        check_divides("num_heads", num_heads, "d_model", check_size("d_model", d_model))
+        check_size("ffn_dim", ffn_dim)
+        check_probability("dropout", dropout)
         self.vocab_size, self.d_model = vocab_size, d_model
         self.memory_dim = d_model if memory_dim is None else memory_dim
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -232,8 +234,7 @@ class LabelSmoothingLoss(nn.Module):
         self, vocab_size: int, smoothing: float = 0.1, ignore_id: int = IGNORE_ID, normalize_length: bool = False
     ) -> None:
         super().__init__()
-        if not 0.0 <= smoothing < 1.0:
-            raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+        check_probability("smoothing", smoothing)
         self.vocab_size, self.smoothing = vocab_size, smoothing
         self.ignore_id, self.normalize_length = ignore_id, normalize_length
 

@@ -19,6 +19,15 @@ import torch
 import torchaudio
 from torch import nn
 
+from srupp_asr.checks import (
+    ConfigValueError,
+    check_choice,
+    check_divides,
+    check_even_size,
+    check_keywords,
+    check_probability,
+    check_size,
+)
 from srupp_asr.sru import SRUppEncoder
 
 ENCODER_NAMES = ("srupp", "conformer", "blstm")
@@ -67,8 +76,13 @@ class ConformerEncoder(nn.Module):
         dropout: float = 0.1,
     ) -> None:
         super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
+        check_size("d_model", d_model)
+        check_size("num_layers", num_layers)
+        check_divides("num_heads", num_heads, "d_model", d_model)
+        check_size("ffn_dim", ffn_dim)
+        if check_size("depthwise_conv_kernel_size", depthwise_conv_kernel_size) % 2 == 0:
+            raise ConfigValueError("depthwise_conv_kernel_size", f"must be odd, got {depthwise_conv_kernel_size}")
+        check_probability("dropout", dropout)
         self.input_size, self.output_size = input_size, d_model
         self.input_proj = nn.Linear(input_size, d_model) if input_size != d_model else nn.Identity()
         self.input_dropout = nn.Dropout(dropout)
@@ -134,8 +148,9 @@ class BLSTMEncoder(nn.Module):
 
     def __init__(self, input_size: int, d_model: int = 512, num_layers: int = 4, dropout: float = 0.1) -> None:
         super().__init__()
-        if d_model % 2:
-            raise ValueError(f"a bidirectional LSTM needs an even d_model, got {d_model}")
+        check_even_size("d_model", d_model, "a bidirectional LSTM has half of it per direction")
+        check_size("num_layers", num_layers)
+        check_probability("dropout", dropout)
         self.input_size, self.output_size = input_size, d_model
         self.input_proj = nn.Linear(input_size, d_model) if input_size != d_model else nn.Identity()
         # nn.LSTM applies dropout between layers only (and warns when there is no "between").
@@ -168,17 +183,15 @@ _BUILDERS = {"srupp": SRUppEncoder, "conformer": ConformerEncoder, "blstm": BLST
 
 def encoder_options(name: str) -> list[str]:
     """The keyword arguments :func:`build_encoder` accepts for encoder ``name``."""
-    if name not in _BUILDERS:
-        raise ValueError(f"unknown encoder {name!r}; choose one of {', '.join(ENCODER_NAMES)}")
+    check_choice("encoder", name, ENCODER_NAMES)
     return [p for p in inspect.signature(_BUILDERS[name]).parameters if p != "input_size"]
 
 
 def build_encoder(name: str, input_size: int, **kwargs) -> nn.Module:
-    """Make encoder ``name`` ("srupp", "conformer" or "blstm") over ``input_size`` features."""
-    valid = encoder_options(name)
-    unknown = sorted(set(kwargs) - set(valid))
-    if unknown:
-        raise ValueError(f"encoder {name!r} takes no option {', '.join(unknown)}; valid options: {', '.join(valid)}")
+    """Make encoder ``name`` ("srupp", "conformer" or "blstm") over ``input_size`` features; an unknown name, an
+    option the encoder does not take or a value out of range is a ConfigValueError naming the option."""
+    check_choice("encoder", name, ENCODER_NAMES)
+    check_keywords(_BUILDERS[name], kwargs, internal=("input_size",))
     return _BUILDERS[name](input_size, **kwargs)
 
 

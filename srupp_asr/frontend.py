@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from srupp_asr.audio import SAMPLE_RATE, prepare_waveform
+from srupp_asr.checks import check_int, check_number, check_size
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_write_text
 
@@ -76,6 +77,8 @@ class Fbank(nn.Module):
 
     def __init__(self, dither: float = 0.0, n_mels: int = N_MELS) -> None:
         super().__init__()
+        check_number("dither", dither, at_least=0.0)
+        check_size("n_mels", n_mels)
         self.dither = dither  # Gaussian noise in 16-bit sample units, added in training mode only
         self.n_mels = n_mels
         # Window and mel matrix per device. Plain tensors, not buffers: they stay out of the state dict, and
@@ -144,8 +147,15 @@ class GlobalCMVN(nn.Module):
 
 
 @torch.inference_mode()
-def compute_cmvn_stats(cuts: Iterable[Any], max_cuts: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and std (float32, (N_MELS,)) of the Fbank features over all frames of a lhotse CutSet."""
+def compute_cmvn_stats(
+    cuts: Iterable[Any], max_cuts: int | None = None, errors: list[str] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and std (float32, (N_MELS,)) of the Fbank features over all frames of a lhotse CutSet.
+
+    A cut whose audio does not load is a one-line ``UserError``; with an ``errors`` list its line is appended
+    there instead and the other cuts still count."""
+    from srupp_asr.data import load_cut_audio
+
     fbank = Fbank().eval()
     total = torch.zeros(N_MELS, dtype=torch.float64)
     total_sq = torch.zeros(N_MELS, dtype=torch.float64)
@@ -153,7 +163,13 @@ def compute_cmvn_stats(cuts: Iterable[Any], max_cuts: int | None = None) -> tupl
     for index, cut in enumerate(cuts):
         if max_cuts is not None and index >= max_cuts:
             break
-        samples = cut.load_audio()
+        try:
+            samples = load_cut_audio(cut)
+        except UserError as err:
+            if errors is None:
+                raise
+            errors.append(str(err))
+            continue
         if samples is None:
             raise UserError(f"cut {cut.id}: has no audio to compute CMVN stats from")
         wav = prepare_waveform(samples, cut.sampling_rate)
@@ -222,11 +238,16 @@ class SpecAugment(nn.Module):
         mask_value: float = 0.0,
     ) -> None:
         super().__init__()
-        if (
-            min(time_warp, freq_masks, freq_width, max_time_masks) < 0
-            or min(time_masks_per_frame, time_width_ratio) < 0
+        for name, value in (
+            ("time_warp", time_warp),
+            ("freq_masks", freq_masks),
+            ("freq_width", freq_width),
+            ("max_time_masks", max_time_masks),
         ):
-            raise ValueError("SpecAugment options must be non-negative")
+            check_int(name, value, minimum=0)
+        check_number("time_masks_per_frame", time_masks_per_frame, at_least=0.0)
+        check_number("time_width_ratio", time_width_ratio, at_least=0.0)
+        check_number("mask_value", mask_value)
         self.time_warp = time_warp
         self.freq_masks = freq_masks
         self.freq_width = freq_width
@@ -305,13 +326,23 @@ class SpecAugment(nn.Module):
 
 
 def cmvn_command(args) -> int:
-    """``srupp-asr cmvn CUTS --out stats.json``: global CMVN statistics of a cut manifest."""
+    """``srupp-asr cmvn CUTS --out stats.json``: global CMVN statistics of a cut manifest.
+
+    Cuts whose audio does not load get one error line each and are left out; the statistics of the others are
+    still written, and the exit code is then 1."""
+    import sys
+
     from srupp_asr.data import load_cuts
 
-    mean, std = compute_cmvn_stats(load_cuts(args.cuts, lazy=True), args.max_cuts)
+    errors: list[str] = []
+    cuts = load_cuts(args.cuts, lazy=True, allow_command_sources=args.allow_command_sources)
+    mean, std = compute_cmvn_stats(cuts, args.max_cuts, errors)
     save_cmvn(args.out, mean, std)
-    print(f"wrote {args.out} (mean and std of {mean.numel()} features)")
-    return 0
+    for line in errors:
+        print(f"srupp-asr cmvn: error: {line}", file=sys.stderr)
+    left_out = f"; {len(errors)} cut(s) left out: their audio did not load" if errors else ""
+    print(f"wrote {args.out} (mean and std of {mean.numel()} features{left_out})")
+    return 1 if errors else 0
 
 
 def add_parser(subparsers) -> Any:
@@ -320,5 +351,10 @@ def add_parser(subparsers) -> Any:
     p.add_argument("cuts", help="lhotse cut manifest (.jsonl.gz)")
     p.add_argument("--out", required=True, help="JSON file to write (atomically)")
     p.add_argument("--max-cuts", type=int, default=None, help="use only the first N cuts")
+    p.add_argument(
+        "--allow-command-sources",
+        action="store_true",
+        help="let audio sources that run a shell command (a Kaldi wav.scp pipe) run; only for manifests you trust",
+    )
     p.set_defaults(func=cmvn_command)
     return p

@@ -37,6 +37,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.data import resume_after_last_batch
 from srupp_asr.errors import UserError
 from srupp_asr.export import initial_weights
@@ -84,21 +85,23 @@ class ASRLightningModule(L.LightningModule):
         self.save_hyperparameters()
         if optimizer not in OPTIMIZERS:
             raise UserError(f"model.optimizer: unknown optimizer {optimizer!r} (choose from {', '.join(OPTIMIZERS)})")
-        self.tokenizer = Tokenizer(tokenizer)
-        self.model = ASRModel(
-            vocab_size=self.tokenizer.vocab_size,
-            n_mels=n_mels,
-            d_model=d_model,
-            subsampling=subsampling,
-            subsampling_channels=subsampling_channels,
-            encoder=encoder,
-            encoder_conf=encoder_conf,
-            decoder_conf=decoder_conf,
-            ctc_weight=ctc_weight,
-            lsm_weight=lsm_weight,
-            specaugment=specaugment,
-            dither=dither,
-        )
+        with config_options("model"):  # a bad value is a ConfigValueError naming model.<option>
+            check_training_options(lr, weight_decay, warmup_steps, max_consecutive_nonfinite)
+            self.tokenizer = Tokenizer(tokenizer)
+            self.model = ASRModel(
+                vocab_size=self.tokenizer.vocab_size,
+                n_mels=n_mels,
+                d_model=d_model,
+                subsampling=subsampling,
+                subsampling_channels=subsampling_channels,
+                encoder=encoder,
+                encoder_conf=encoder_conf,
+                decoder_conf=decoder_conf,
+                ctc_weight=ctc_weight,
+                lsm_weight=lsm_weight,
+                specaugment=specaugment,
+                dither=dither,
+            )
         if cmvn is not None:
             mean, std = load_cmvn(cmvn)
             try:
@@ -258,6 +261,14 @@ class ASRLightningModule(L.LightningModule):
             # Already summed over ranks, so every rank holds the same value; sync_dist only averages equal values
             # (and tells Lightning the metric is global, which ModelCheckpoint on every rank relies on).
             self.log("valid/wer", 100.0 * errors / words, prog_bar=True, sync_dist=True)
+
+
+def check_training_options(lr: float, weight_decay: float, warmup_steps: int, max_consecutive_nonfinite: int) -> None:
+    """A ConfigValueError naming the first of the optimisation arguments out of range."""
+    check_number("lr", lr, above=0.0)
+    check_number("weight_decay", weight_decay, at_least=0.0)
+    check_int("warmup_steps", warmup_steps)
+    check_int("max_consecutive_nonfinite", max_consecutive_nonfinite)
 
 
 def rng_states() -> dict[str, Any]:

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from srupp_asr.checks import check_size
 from srupp_asr.errors import UserError
 from srupp_asr.export import (
     CONFIG_FILE,
@@ -74,6 +75,7 @@ class SRUppLM(nn.Module):
             "highway_bias": highway_bias,
         }
         self.vocab_size = vocab_size
+        check_size("d_model", d_model)  # the embedding comes first; the SRU++ layers check the other arguments
         self.embed = nn.Embedding(vocab_size, d_model)
         self.body = SRUppEncoder(
             d_model,

@@ -31,6 +31,14 @@ from pathlib import Path
 
 import torch
 
+from srupp_asr.checks import (
+    ConfigValueError,
+    check_divides,
+    check_int,
+    check_number,
+    check_probability,
+    check_size,
+)
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output
 from srupp_asr.lm import SRUppLM, save_lm
@@ -255,16 +263,32 @@ def _restore(path: Path, model, optimizer, scheduler) -> dict:
     return dict(state["progress"])
 
 
+def check_lm_options(cfg: LMTrainConfig) -> None:
+    """A ConfigValueError naming the first numeric option of ``cfg`` out of range (before any text is read)."""
+    for name in ("d_model", "num_layers", "attn_dim"):
+        check_size(name, getattr(cfg, name))
+    check_divides("num_heads", cfg.num_heads, "--attn-dim", cfg.attn_dim)
+    for name in ("batch_tokens", "max_epochs", "max_len", "warmup_steps"):
+        check_int(name, getattr(cfg, name))
+    for name in ("attn_every", "valid_every", "log_every"):
+        check_int(name, getattr(cfg, name), minimum=0)
+    check_probability("dropout", cfg.dropout)
+    check_number("lr", cfg.lr, above=0.0)
+    check_number("weight_decay", cfg.weight_decay, at_least=0.0)
+    check_number("clip", cfg.clip, above=0.0)
+    if cfg.max_time is not None:
+        check_number("max_time", cfg.max_time, at_least=0.0)
+
+
 def train_lm_command(args: argparse.Namespace) -> int:
     """``srupp-asr train-lm``: build the config from the options and train."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     fields = LMTrainConfig.__dataclass_fields__
     cfg = LMTrainConfig(**{k: v for k, v in vars(args).items() if k in fields and v is not None})
-    for name in ("d_model", "num_layers", "attn_dim", "num_heads", "batch_tokens", "max_epochs", "max_len"):
-        if getattr(cfg, name) < 1:
-            raise UserError(f"train-lm: --{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
-    if cfg.attn_dim % cfg.num_heads:
-        raise UserError(f"train-lm: --attn-dim {cfg.attn_dim} is not divisible by --num-heads {cfg.num_heads}")
+    try:
+        check_lm_options(cfg)
+    except ConfigValueError as err:
+        raise UserError(f"train-lm: --{err.option.replace('_', '-')} {err.problem}") from None
     result = train_lm(cfg)
     print(
         f"wrote {cfg.out_dir}: best valid perplexity {result['best_valid_ppl']:.2f} after {result['steps']} steps "

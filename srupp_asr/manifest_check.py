@@ -20,7 +20,7 @@ import gzip
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,11 +161,11 @@ class _Checker:
         if kind not in _SOURCE_TYPES:
             return f"unknown audio source type {kind!r}"
         if kind == "url":
-            return f"audio source {where!r} is a URL (training reads local files only; download it first)"
+            return f"audio source {where!r} is a URL (srupp-asr reads local files only; download it first)"
         if kind == "command" and not self.allow_commands:
             return (
-                f"audio source runs a shell command ({str(where)[:80]!r}); set data.allow_command_sources true"
-                " if you trust this manifest"
+                f"audio source runs a shell command ({str(where)[:80]!r}); if you trust this manifest, allow it"
+                " (training: data.allow_command_sources true; evaluate, cmvn: --allow-command-sources)"
             )
         if kind == "file":
             if not isinstance(where, str) or not where:
@@ -214,11 +214,27 @@ def check_cuts_manifest(
             checker.line(number, raw)
     except (OSError, EOFError, gzip.BadGzipFile) as err:
         raise UserError(f"{path}: cannot read the manifest ({first_line(err)})") from None
+    _raise_first(checker, path)
+    if count == 0:
+        raise UserError(f"{path}: cut manifest is empty")
+    return count
+
+
+def check_cuts(cuts: Iterable[Any], path: str | os.PathLike, allow_command_sources: bool = False) -> int:
+    """The checks of :func:`check_cuts_manifest` on cuts already loaded (from a manifest in another format than
+    JSON lines); ``PATH:N`` in the error counts cuts. Returns the number of cuts."""
+    checker = _Checker(None, allow_command_sources)
+    count = 0
+    for count, cut in enumerate(cuts, start=1):
+        checker.line(count, json.dumps(cut.to_dict()).encode())
+    _raise_first(checker, Path(path))
+    return count
+
+
+def _raise_first(checker: _Checker, path: Path) -> None:
+    """One UserError for the first problem the checker found (and how many more there are)."""
     if checker.problems:
         number, message = checker.problems[0]
         more = len(checker.problems) - 1
         tail = f" (and {more} more problem{'s' if more > 1 else ''} in this manifest)" if more else ""
         raise UserError(f"{path}:{number}: {message}{tail}")
-    if count == 0:
-        raise UserError(f"{path}: cut manifest is empty")
-    return count

@@ -14,20 +14,24 @@ and ``ctc_weight=0`` no CTC head, so every parameter receives a gradient (DDP ne
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from srupp_asr.checks import check_choice, check_keywords, check_number, config_options
 from srupp_asr.decoder import IGNORE_ID, LabelSmoothingLoss, TransformerDecoder, add_sos_eos
-from srupp_asr.encoders import build_encoder
+from srupp_asr.encoders import ENCODER_NAMES, build_encoder
 from srupp_asr.frontend import Fbank, GlobalCMVN, SpecAugment
 from srupp_asr.subsampling import Conv2dSubsampling
 from srupp_asr.tokenizer import Tokenizer
 
 BLANK_ID = Tokenizer.blank_id
 SOS_EOS_ID = Tokenizer.sos_eos_id
+# Conv2dSubsampling's arguments under the names ASRModel's config gives them.
+SUBSAMPLING_OPTIONS = {"in_features": "n_mels", "factor": "subsampling", "channels": "subsampling_channels"}
 
 
 class ASRModel(nn.Module):
@@ -49,8 +53,8 @@ class ASRModel(nn.Module):
         dither: float = 0.0,
     ) -> None:
         super().__init__()
-        if not 0.0 <= ctc_weight <= 1.0:
-            raise ValueError(f"ctc_weight must be in [0, 1], got {ctc_weight}")
+        check_number("ctc_weight", ctc_weight, at_least=0.0, at_most=1.0)
+        check_choice("encoder", encoder, ENCODER_NAMES)
         if vocab_size <= SOS_EOS_ID:
             raise ValueError(f"vocab_size must exceed the special ids (0-{SOS_EOS_ID}), got {vocab_size}")
         # The constructor arguments, as given: what an exported model's config.yaml holds.
@@ -70,17 +74,23 @@ class ASRModel(nn.Module):
         }
         self.vocab_size = vocab_size
         self.ctc_weight = ctc_weight
+        # Each part checks its own arguments; a bad one is a ConfigValueError under the name this config gives it.
         self.fbank = Fbank(dither=dither, n_mels=n_mels)
         self.cmvn = GlobalCMVN(num_features=n_mels)
-        self.specaugment = SpecAugment(**specaugment) if specaugment is not None else None
-        self.subsampling = Conv2dSubsampling(n_mels, d_model, subsampling, channels=subsampling_channels)
-        # The encoder's width defaults to the subsampling's, so no projection sits between them.
-        self.encoder = build_encoder(encoder, d_model, **{"d_model": d_model, **(encoder_conf or {})})
+        with config_options("specaugment"):
+            self.specaugment = _build(SpecAugment, specaugment) if specaugment is not None else None
+        with config_options(names=SUBSAMPLING_OPTIONS):
+            self.subsampling = Conv2dSubsampling(n_mels, d_model, subsampling, channels=subsampling_channels)
+        with config_options("encoder_conf"):
+            # The encoder's width defaults to the subsampling's, so no projection sits between them.
+            self.encoder = build_encoder(encoder, d_model, **{"d_model": d_model, **(encoder_conf or {})})
         enc_dim = self.encoder.output_size
         self.ctc = nn.Linear(enc_dim, vocab_size) if ctc_weight > 0.0 else None
         if ctc_weight < 1.0:
-            self.decoder = TransformerDecoder(vocab_size, memory_dim=enc_dim, **(decoder_conf or {}))
-            self.att_loss = LabelSmoothingLoss(vocab_size, smoothing=lsm_weight)
+            with config_options("decoder_conf"):
+                self.decoder = _build(TransformerDecoder, decoder_conf, vocab_size, memory_dim=enc_dim)
+            with config_options(names={"smoothing": "lsm_weight"}):
+                self.att_loss = LabelSmoothingLoss(vocab_size, smoothing=lsm_weight)
         else:
             self.decoder = None
             self.att_loss = None
@@ -165,6 +175,15 @@ class ASRModel(nn.Module):
     def ctc_greedy_encoded(self, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
         """:meth:`ctc_greedy` from an :meth:`encode` output."""
         return collapse_ctc_paths(self.ctc_log_probs(enc).argmax(-1), enc_lens)
+
+
+def _build(cls: type[nn.Module], conf: dict[str, Any] | None, *args: Any, **internal: Any) -> nn.Module:
+    """``cls(*args, **conf, **internal)``, refusing a key of the config block ``conf`` that ``cls`` does not take
+    (or that the model sets itself: the positional ``args`` and the ``internal`` keywords)."""
+    conf = dict(conf or {})
+    names = list(inspect.signature(cls).parameters)
+    check_keywords(cls, conf, internal=[*names[: len(args)], *internal])
+    return cls(*args, **conf, **internal)
 
 
 def collapse_ctc_paths(best: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:

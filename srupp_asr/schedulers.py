@@ -7,6 +7,8 @@ import math
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from srupp_asr.checks import check_int
+
 
 def noam_factor(step: int, warmup_steps: int) -> float:
     """``min(step / warmup, sqrt(warmup / step))``: linear warm-up to 1 at ``warmup_steps``, then ``1/sqrt`` decay."""
@@ -25,8 +27,7 @@ class NoamLR(LRScheduler):
     """
 
     def __init__(self, optimizer: Optimizer, warmup_steps: int = 25000, last_epoch: int = -1) -> None:
-        if warmup_steps < 1:
-            raise ValueError(f"warmup_steps must be at least 1, got {warmup_steps}")
+        check_int("warmup_steps", warmup_steps)
         self.warmup_steps = warmup_steps
         super().__init__(optimizer, last_epoch)
 

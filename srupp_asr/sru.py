@@ -28,6 +28,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from srupp_asr.checks import (
+    ConfigValueError,
+    check_divides,
+    check_even_size,
+    check_int,
+    check_number,
+    check_probability,
+    check_size,
+)
 from srupp_asr.recurrence import sru_recurrence
 
 
@@ -47,12 +56,9 @@ class SRUppLayer(nn.Module):
         causal: bool = False,
     ) -> None:
         super().__init__()
-        if bidirectional and d_model % 2:
-            raise ValueError(f"a bidirectional layer needs an even d_model, got {d_model}")
-        if causal and bidirectional:
-            raise ValueError("a causal layer must be unidirectional (bidirectional=False)")
-        if attention and attn_dim % num_heads:
-            raise ValueError(f"attn_dim {attn_dim} is not divisible by num_heads {num_heads}")
+        check_layer_options(
+            d_model, attn_dim, num_heads, attention, bidirectional, dropout, attn_dropout, highway_bias, causal
+        )
         self.d_model, self.attn_dim, self.num_heads = d_model, attn_dim, num_heads
         self.attention, self.bidirectional, self.causal = attention, bidirectional, causal
         self.highway_bias = highway_bias
@@ -143,6 +149,32 @@ class SRUppLayer(nn.Module):
         return h[0], LayerState(c, keys, values)
 
 
+def check_layer_options(
+    d_model: int,
+    attn_dim: int,
+    num_heads: int,
+    attention: bool,
+    bidirectional: bool,
+    dropout: float,
+    attn_dropout: float,
+    highway_bias: float,
+    causal: bool,
+) -> None:
+    """A ConfigValueError naming the first of :class:`SRUppLayer`'s arguments out of range."""
+    if causal and bidirectional:
+        raise ConfigValueError("causal", "needs bidirectional: false (a causal layer is unidirectional)")
+    if bidirectional:
+        check_even_size("d_model", d_model, "a bidirectional layer has half of it per direction")
+    else:
+        check_size("d_model", d_model)
+    check_size("attn_dim", attn_dim)
+    if attention:
+        check_divides("num_heads", num_heads, "attn_dim", attn_dim)
+    check_probability("dropout", dropout)
+    check_probability("attn_dropout", attn_dropout)
+    check_number("highway_bias", highway_bias)
+
+
 class LayerState(NamedTuple):
     """What a causal :class:`SRUppLayer` carries between steps: the recurrent state ``c`` ``(B, D)`` and, in an
     attention layer, the keys and values of every step so far ``(B, heads, t, d_head)`` (None otherwise)."""
@@ -185,10 +217,15 @@ class SRUppEncoder(nn.Module):
         causal: bool = False,
     ) -> None:
         super().__init__()
+        check_size("num_layers", num_layers)
+        check_int("attn_every", attn_every, minimum=0)
+        with_attention = set(attention_layers(num_layers, attn_every))
+        # Before anything is built (each layer checks its own again).
+        options = (dropout, attn_dropout, highway_bias, causal)
+        check_layer_options(d_model, attn_dim, num_heads, bool(with_attention), bidirectional, *options)
         self.input_size, self.d_model = input_size, d_model
         self.output_size = d_model
         self.input_proj = nn.Linear(input_size, d_model) if input_size != d_model else nn.Identity()
-        with_attention = set(attention_layers(num_layers, attn_every))
         self.layers = nn.ModuleList(
             SRUppLayer(
                 d_model,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from srupp_asr.checks import ConfigValueError, check_choice, check_probability, check_size
+
 # (kernel, stride) of each Conv2d, applied to time and frequency alike.
 CONV_LAYERS: dict[int, tuple[tuple[int, int], ...]] = {
     4: ((3, 2), (3, 2)),
@@ -20,8 +22,7 @@ CONV_LAYERS: dict[int, tuple[tuple[int, int], ...]] = {
 
 def subsampled_length(length: int | torch.Tensor, factor: int) -> int | torch.Tensor:
     """Output length of the factor-``factor`` conv stack for input ``length`` (0 when too short)."""
-    if factor not in CONV_LAYERS:
-        raise ValueError(f"subsampling factor must be one of {sorted(CONV_LAYERS)}, got {factor}")
+    check_choice("factor", factor, CONV_LAYERS)
     for kernel, stride in CONV_LAYERS[factor]:
         length = (length - kernel) // stride + 1
     return length.clamp_min(0) if isinstance(length, torch.Tensor) else max(length, 0)
@@ -34,11 +35,17 @@ class Conv2dSubsampling(nn.Module):
         self, in_features: int, d_model: int, factor: int = 4, dropout: float = 0.0, channels: int | None = None
     ) -> None:
         super().__init__()
-        if factor not in CONV_LAYERS:
-            raise ValueError(f"subsampling factor must be one of {sorted(CONV_LAYERS)}, got {factor}")
-        freq_out = subsampled_length(in_features, factor)
+        check_choice("factor", factor, CONV_LAYERS)
+        freq_out = subsampled_length(check_size("in_features", in_features), factor)
         if freq_out < 1:
-            raise ValueError(f"in_features={in_features} is too few for subsampling by {factor}")
+            fewest = next(n for n in range(1, 100) if subsampled_length(n, factor) > 0)
+            raise ConfigValueError(
+                "in_features", f"must be at least {fewest} for subsampling by {factor} (too few), got {in_features}"
+            )
+        check_size("d_model", d_model)
+        if channels is not None:
+            check_size("channels", channels)
+        check_probability("dropout", dropout)
         self.factor = factor
         self.d_model = d_model
         self.channels = channels or d_model  # ESPnet and WeNet use d_model channels

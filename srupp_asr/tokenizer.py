@@ -185,7 +185,7 @@ def texts_from_sources(cuts: Sequence[str], text_files: Sequence[str]) -> Iterat
     from srupp_asr.data import load_cuts
 
     for path in cuts:
-        for cut in load_cuts(path, lazy=True):
+        for cut in load_cuts(path, lazy=True, allow_command_sources=True):  # texts only: no audio is read
             for sup in cut.supervisions:
                 if sup.text:
                     yield sup.text

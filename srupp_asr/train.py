@@ -31,9 +31,11 @@ import os
 import re
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srupp_asr.errors import UserError
+from srupp_asr.checks import ConfigValueError
+from srupp_asr.errors import UserError, first_line
 from srupp_asr.fileio import read_yaml_mapping
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ CHECKPOINT_DEFAULTS = {
     "checkpoint.save_top_k": 10,
     "checkpoint.save_last": True,
 }
+CKPT_PATH_NAMES = ("last", "best", "hpc")  # what Lightning resolves itself (and "registry[:...]")
 
 
 def checkpoint_dir(default_root_dir: str | os.PathLike[str] | None) -> str:
@@ -142,14 +145,57 @@ def asr_lightning_cli() -> type[LightningCLI]:
 
         def instantiate_trainer(self, **kwargs: Any) -> Trainer:
             """The Trainer, with :func:`default_loggers` where the config names no logger and
-            :class:`~srupp_asr.checkpoints.AtomicCheckpointIO` where it names no checkpoint plugin."""
+            :class:`~srupp_asr.checkpoints.AtomicCheckpointIO` where it names no checkpoint plugin; a
+            ``default_root_dir`` that cannot be written, or a value Lightning refuses, is a ConfigValueError."""
+            from lightning.fabric.utilities.exceptions import MisconfigurationException
+
             config = self._get(self.config_init, "trainer", default={})
+            check_output_dir(config.get("default_root_dir"))
             if config.get("logger") in (None, True) and "logger" not in kwargs:
                 kwargs["logger"] = default_loggers(config.get("default_root_dir"))
             kwargs["plugins"] = with_atomic_checkpoints(kwargs.get("plugins", config.get("plugins")))
-            return super().instantiate_trainer(**kwargs)
+            try:
+                return super().instantiate_trainer(**kwargs)
+            except MisconfigurationException as err:  # Lightning's own check of a trainer option
+                name = re.search(r"`(\w+)`", str(err))
+                option = f"trainer.{name[1]}" if name else "trainer"
+                raise ConfigValueError(option, f"is refused: {first_line(err)}") from None
+
+        def _parse_ckpt_path(self) -> None:
+            """Lightning's (it reads the checkpoint's hyperparameters into the config), after
+            :func:`check_ckpt_path`."""
+            subcommand = self.config.get("subcommand")
+            if subcommand:
+                check_ckpt_path(self.config[subcommand].get("ckpt_path"))
+            super()._parse_ckpt_path()
 
     return ASRLightningCLI
+
+
+def check_output_dir(default_root_dir: str | os.PathLike[str] | None) -> None:
+    """Create ``trainer.default_root_dir`` (where logs and checkpoints go); a ConfigValueError when that fails or
+    the folder is not writable, instead of a failure at the first log line or checkpoint."""
+    root = Path(default_root_dir or ".")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        reason = "exists and is not a folder" if isinstance(err, FileExistsError) else err.strerror or first_line(err)
+        raise ConfigValueError("trainer.default_root_dir", f"cannot be created: {root}: {reason}") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise ConfigValueError("trainer.default_root_dir", f"is not writable: {root}")
+
+
+def check_ckpt_path(ckpt_path: str | None) -> None:
+    """Refuse a ``ckpt_path`` that is not a readable Lightning checkpoint (missing, truncated, foreign, a pickle
+    that ``weights_only`` refuses) with a one-line UserError naming it; Lightning's own names (``last``, ...) pass."""
+    from srupp_asr.checkpoints import load_checkpoint
+
+    if not ckpt_path or ckpt_path in CKPT_PATH_NAMES or str(ckpt_path).startswith("registry"):
+        return
+    try:
+        load_checkpoint(ckpt_path)  # memory-mapped: cheap, and Lightning reads it again
+    except UserError as err:
+        raise UserError(f"ckpt_path: {err}") from None
 
 
 def _config_paths(argv: Sequence[str]) -> list[str]:
@@ -191,6 +237,8 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
         )
     except argparse.ArgumentError as err:
         raise UserError(_one_line(str(err), argv, configs)) from None
+    except ConfigValueError as err:  # a value a constructor (model, data module, trainer) refused
+        raise UserError(f"{_source(err.option, argv, configs)}: {err}") from None
 
 
 def _one_line(message: str, argv: Sequence[str], configs: Sequence[str]) -> str:
@@ -200,11 +248,17 @@ def _one_line(message: str, argv: Sequence[str], configs: Sequence[str]) -> str:
     if len(text) > 300:
         text = text[:297] + "..."
     key = re.search(r"""(?:key|option) ["']([\w.]+)["']""", text)
-    on_command_line = key is not None and any(arg == f"--{key[1]}" or arg.startswith(f"--{key[1]}=") for arg in argv)
+    return f"{_source(key[1] if key else None, argv, configs)}: {text}"
+
+
+def _source(key: str | None, argv: Sequence[str], configs: Sequence[str]) -> str:
+    """Where option ``key`` (``model.lr``) was set: ``command line``, or the last config file setting it (all
+    of them when none does, or when the key is unknown)."""
+    on_command_line = key is not None and any(arg == f"--{key}" or arg.startswith(f"--{key}=") for arg in argv)
     if configs and not on_command_line:
-        holding = [c for c in configs if key is not None and _has_key(c, key[1])]
-        return f"{', '.join(holding[-1:] or configs)}: {text}"  # the last file setting it wins
-    return f"command line: {text}"
+        holding = [c for c in configs if key is not None and _has_key(c, key)]
+        return ", ".join(holding[-1:] or configs)  # the last file setting it wins
+    return "command line"
 
 
 def _has_key(config: str, dotted: str) -> bool:

@@ -26,3 +26,52 @@ def test_info_reports_the_cpu_backend(capsys):
 def test_no_command_prints_help(capsys):
     assert main([]) == 0
     assert "COMMAND" in capsys.readouterr().out
+
+
+def _score_files(tmp_path):
+    ref, hyp = tmp_path / "ref.txt", tmp_path / "hyp.txt"
+    ref.write_text("u1 hello world\nu2 the cat sat\n", encoding="utf-8")
+    hyp.write_text("u1 hello word\nu2 the cat sat\n", encoding="utf-8")
+    return ["score", "--ref", str(ref), "--hyp", str(hyp)]
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line_and_exit_1(tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("a file, not a folder")
+    assert main([*_score_files(tmp_path), "--out-dir", str(taken)]) == 1
+    assert capsys.readouterr().err.strip() == f"srupp-asr score: error: {taken}: exists and is not a folder"
+    assert main([*_score_files(tmp_path), "--out-dir", str(taken / "below")]) == 1
+    assert capsys.readouterr().err.strip() == f"srupp-asr score: error: {taken / 'below'}: Not a directory"
+
+
+def test_a_full_stdout_is_one_line_and_exit_1(tmp_path):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "srupp_asr.cli", *_score_files(tmp_path), "--out-dir", str(tmp_path / "o")],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip() == "srupp-asr score: error: cannot write or read: No space left on device"
+
+
+def test_a_closed_pipe_stops_quietly(tmp_path):
+    reader = subprocess.Popen(["head", "-c", "0"], stdin=subprocess.PIPE)
+    result = subprocess.run(
+        [sys.executable, "-m", "srupp_asr.cli", *_score_files(tmp_path), "--out-dir", str(tmp_path / "o")],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    reader.stdin.close()
+    reader.wait()
+    assert result.returncode in (0, 1) and "Traceback" not in result.stderr
+
+
+def test_a_negative_worst_count_is_refused(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as stop:
+        main([*_score_files(tmp_path), "--worst", "-1"])
+    assert stop.value.code == 2 and "--worst: must be a whole number >= 0, got '-1'" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from srupp_asr.checks import ConfigValueError
 from srupp_asr.encoders import (
     ENCODER_NAMES,
     build_encoder,
@@ -123,7 +124,9 @@ def test_unknown_encoder_name_lists_the_valid_ones():
 
 
 def test_unknown_option_lists_the_valid_ones():
-    with pytest.raises(ValueError, match=r"no option attn_dim.*d_model, num_layers, dropout"):
+    with pytest.raises(
+        ConfigValueError, match=r"^attn_dim is not an option \(valid options: d_model, num_layers, dropout"
+    ):
         build_encoder("blstm", 80, attn_dim=64)
     assert encoder_options("conformer") == [
         "d_model",
@@ -172,3 +175,40 @@ def test_conformer_layers_match_torchaudio_when_nothing_is_padded():
     no_padding = torch.zeros(2, 9, dtype=torch.bool)
     for layer in encoder.conformer.conformer_layers:
         torch.testing.assert_close(_conformer_layer(layer, x, no_padding, ~no_padding.t()), layer(x, no_padding))
+
+
+@pytest.mark.parametrize(
+    ("name", "option", "value", "problem"),
+    [
+        ("srupp", "num_heads", 0, "must be at least 1, got 0"),  # was a ZeroDivisionError
+        ("srupp", "num_heads", 3, r"must divide attn_dim \(16\), got 3"),
+        ("srupp", "num_layers", 0, "must be at least 1, got 0"),  # was an encoder without layers
+        ("srupp", "num_layers", -2, "must be at least 1, got -2"),
+        ("srupp", "num_layers", "two", "must be an integer, got 'two'"),
+        ("srupp", "d_model", 31, r"must be even \(a bidirectional layer"),
+        ("srupp", "d_model", 1e30, "must be an integer, got 1e\\+30"),
+        ("srupp", "d_model", 10**30, "must be at most 1048576"),
+        ("srupp", "attn_every", -1, "must be non-negative, got -1"),
+        ("srupp", "dropout", 1.5, r"must be a finite number >= 0 and < 1, got 1.5"),
+        ("srupp", "attn_dropout", float("nan"), "must be a finite number >= 0 and < 1, got nan"),
+        ("srupp", "highway_bias", float("inf"), "must be a finite number, got inf"),
+        ("srupp", "causal", True, "needs bidirectional: false"),
+        ("conformer", "num_heads", 0, "must be at least 1, got 0"),
+        ("conformer", "num_heads", 5, r"must divide d_model \(32\), got 5"),
+        ("conformer", "num_layers", 0, "must be at least 1, got 0"),
+        ("conformer", "depthwise_conv_kernel_size", 8, "must be odd, got 8"),
+        ("conformer", "ffn_dim", 0, "must be at least 1, got 0"),
+        ("blstm", "d_model", 33, r"must be even \(a bidirectional LSTM"),
+        ("blstm", "num_layers", 0, "must be at least 1, got 0"),
+        ("blstm", "dropout", -0.1, "must be a finite number >= 0 and < 1, got -0.1"),
+    ],
+)
+def test_bad_option_values_are_config_errors_naming_the_option(name, option, value, problem):
+    with pytest.raises(ConfigValueError, match=rf"^{option} {problem}") as err:
+        build_encoder(name, INPUT, **{**SMALL[name], option: value})
+    assert err.value.option == option
+
+
+def test_unknown_encoder_is_a_config_error_naming_the_option():
+    with pytest.raises(ConfigValueError, match=r"^encoder must be one of \[srupp, conformer, blstm\], got 'lstm'$"):
+        build_encoder("lstm", INPUT)

@@ -138,8 +138,21 @@ def test_train_lm_command_errors_are_one_line(tokenizer: Tokenizer, tmp_path: Pa
         ([*base, "--train-text", str(empty), "--valid-text", str(empty)], "no non-empty sentence"),
         ([*base, "--train-text", str(tmp_path / "nope.txt"), "--valid-text", str(empty)], "nope.txt: cannot read"),
         ([*base, "--train-text", str(text), "--valid-text", str(text), "--resume"], "no training state to resume"),
-        ([*base, "--train-text", str(empty), "--valid-text", str(empty), "--num-heads", "3"], "not divisible"),
+        (
+            [*base, "--train-text", str(empty), "--valid-text", str(empty), "--num-heads", "3"],
+            "--num-heads must divide",
+        ),
     ]
+    # Checked before any text is read (these once were ValueError tracebacks from the optimiser or the layers).
+    for option, value, message in [
+        ("--lr", "-1", "--lr must be a finite number > 0, got -1.0"),
+        ("--lr", "nan", "--lr must be a finite number > 0, got nan"),
+        ("--dropout", "2", "--dropout must be a finite number >= 0 and < 1, got 2.0"),
+        ("--warmup-steps", "0", "--warmup-steps must be at least 1, got 0"),
+        ("--clip", "-1", "--clip must be a finite number > 0, got -1.0"),
+        ("--attn-every", "-1", "--attn-every must be non-negative, got -1"),
+    ]:
+        cases.append(([*base, "--train-text", str(empty), "--valid-text", str(empty), option, value], message))
     for argv, message in cases:
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
+from srupp_asr.checks import ConfigValueError
 from srupp_asr.lightning_module import ASRLightningModule
 from srupp_asr.model import ASRModel
 
@@ -148,8 +151,39 @@ def test_specaugment_runs_in_training_only():
 
 
 def test_bad_ctc_weight_is_rejected():
-    with pytest.raises(ValueError, match="ctc_weight"):
+    with pytest.raises(ConfigValueError, match=r"^ctc_weight must be a finite number >= 0 and <= 1, got 1.5$"):
         tiny_model(ctc_weight=1.5)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"encoder_conf": {**ENCODER_CONFS["srupp"], "num_heads": 0}}, "encoder_conf.num_heads must be at least 1"),
+        ({"encoder_conf": {**ENCODER_CONFS["srupp"], "num_layers": 0}}, "encoder_conf.num_layers must be at least 1"),
+        ({"encoder_conf": {**ENCODER_CONFS["srupp"], "bogus": 1}}, r"encoder_conf.bogus is not an option \(valid"),
+        ({"decoder_conf": {**DECODER_CONF, "num_heads": 0}}, "decoder_conf.num_heads must be at least 1, got 0"),
+        ({"decoder_conf": {**DECODER_CONF, "num_heads": 3}}, r"decoder_conf.num_heads must divide d_model \(16\)"),
+        ({"decoder_conf": {**DECODER_CONF, "memory_dim": 8}}, "decoder_conf.memory_dim is not an option"),
+        ({"decoder_conf": {**DECODER_CONF, "dropout": 1.0}}, "decoder_conf.dropout must be a finite number >= 0"),
+        ({"specaugment": {"freq_width": -1}}, "specaugment.freq_width must be non-negative, got -1"),
+        ({"specaugment": {"bogus": 1}}, "specaugment.bogus is not an option"),
+        ({"n_mels": 0}, "n_mels must be at least 1, got 0"),
+        ({"n_mels": 6}, r"n_mels must be at least 7 for subsampling by 4 \(too few\), got 6"),
+        ({"subsampling": 5}, r"subsampling must be one of \[4, 6, 8\], got 5"),
+        ({"subsampling_channels": 0}, "subsampling_channels must be at least 1, got 0"),
+        ({"d_model": "wide"}, "d_model must be an integer, got 'wide'"),
+        ({"dither": -5.0}, "dither must be a finite number >= 0, got -5.0"),
+        ({"lsm_weight": 1.0}, "lsm_weight must be a finite number >= 0 and < 1, got 1.0"),
+    ],
+)
+def test_bad_values_are_config_errors_named_as_the_config_names_them(options, message):
+    with pytest.raises(ConfigValueError, match=f"^{message}"):
+        tiny_model(**options)
+
+
+def test_an_unknown_encoder_is_named_as_the_encoder_option():
+    with pytest.raises(ConfigValueError, match=r"^encoder must be one of \[srupp, conformer, blstm\], got 'lstm'$"):
+        ASRModel(VOCAB, encoder="lstm", encoder_conf={"num_layers": 1})
 
 
 def test_lightning_module_mirrors_the_model_arguments():
@@ -160,3 +194,16 @@ def test_lightning_module_mirrors_the_model_arguments():
             continue
         assert name in module_params, name
         assert module_params[name].default == param.default, name
+
+
+SHIPPED_CONFIGS = sorted(Path(__file__).resolve().parent.parent.glob("conf/*.yaml"))
+
+
+@pytest.mark.parametrize("config", SHIPPED_CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_passes_the_value_checks(config):
+    model = yaml.safe_load(config.read_text()).get("model")
+    if not isinstance(model, dict):
+        pytest.skip("not a training config")
+    names = inspect.signature(ASRModel).parameters
+    with torch.device("meta"):  # the checks run; nothing is allocated
+        ASRModel(vocab_size=500, **{k: v for k, v in model.items() if k in names})

@@ -286,3 +286,33 @@ def test_a_sharded_lm_directory_loads(tmp_path, tokenizer):
     loaded, _ = load_lm(lm_dir)
     tokens = [[5, 6, 7], [8, 9]]
     assert torch.equal(loaded.sentence_nll(tokens), lm.sentence_nll(tokens))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"num_heads": 0}, "encoder_conf.num_heads must be at least 1, got 0"),  # was a ZeroDivisionError
+        ({"num_layers": 0}, "encoder_conf.num_layers must be at least 1, got 0"),
+        ({"num_heads": "two"}, "encoder_conf.num_heads must be an integer, got 'two'"),
+    ],
+)
+def test_a_model_config_with_a_bad_encoder_value_is_one_line_naming_it(model_dir, change, message):
+    config = yaml.safe_load((model_dir / "config.yaml").read_text())
+    config["model"]["encoder_conf"].update(change)
+    (model_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(UserError, match=rf"^{model_dir / 'config.yaml'}: bad model settings \({message}\)$"):
+        load_model(model_dir)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"num_heads": 0}, "num_heads must be at least 1, got 0"), ({"num_layers": -1}, "num_layers must be at least 1")],
+)
+def test_an_lm_config_with_a_bad_value_is_one_line_naming_it(tmp_path, tokenizer, change, message):
+    lm = SRUppLM(vocab_size=tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, tokenizer.path, tmp_path / "lm")
+    config = yaml.safe_load((lm_dir / "config.yaml").read_text())
+    config["lm"].update(change)
+    (lm_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(UserError, match=rf"^{lm_dir / 'config.yaml'}: bad LM settings \({message}"):
+        load_lm(lm_dir)

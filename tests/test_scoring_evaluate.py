@@ -59,3 +59,118 @@ def test_evaluate_decodes_scores_and_reports_speed(eval_cuts, tmp_path, capsys):
     assert re.search(r"- audio: `0\.\d{3} h \(\d+\.\d s, 8 utterances\)`", md)
     assert "|test_cuts|8|" in md
     assert "real-time factor" in (out / "report.html").read_text(encoding="utf-8")
+
+
+def _edited(cuts_path, out_path, edit):
+    """A copy of a cut manifest with ``edit(list of cut dicts)`` applied."""
+    import gzip
+
+    with gzip.open(cuts_path, "rt", encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    edit(lines)
+    with gzip.open(out_path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(c) + "\n" for c in lines)
+    return out_path
+
+
+def test_evaluate_leaves_out_cuts_whose_audio_does_not_load_and_exits_1(eval_cuts, tmp_path, capsys):
+    model_dir, cuts = eval_cuts
+
+    def lose_audio(lines):
+        lines[2]["recording"]["sources"][0]["source"] = str(tmp_path / "gone.wav")
+        lines[5]["recording"]["sources"][0]["source"] = str(tmp_path / "text.wav")
+        (tmp_path / "text.wav").write_text("not audio")
+
+    broken = _edited(cuts, tmp_path / "broken.jsonl.gz", lose_audio)
+    out = tmp_path / "report"
+    argv = ["evaluate", "--model", str(model_dir), "--cuts", str(broken), "--out-dir", str(out), "--device", "cpu"]
+    assert main([*argv, "--decoding", "ctc_greedy"]) == 1
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if " error: " in line]  # stderr also names the report
+    assert errors[0] == f"srupp-asr evaluate: error: {tmp_path / 'gone.wav'}: cut utt2: audio file not found"
+    assert re.fullmatch(
+        rf"srupp-asr evaluate: error: {tmp_path / 'text.wav'}: cut utt5: cannot load its audio \(.+\)", errors[1]
+    )
+    assert len(errors) == 2 and "2 cut(s) left out" in captured.out
+    hyps = [json.loads(line)["id"] for line in (out / "hyp.jsonl").read_text(encoding="utf-8").splitlines()]
+    refs = [json.loads(line)["id"] for line in (out / "ref.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert hyps == refs == [f"utt{i}" for i in (0, 1, 3, 4, 6, 7)]  # the others are decoded and scored
+    assert score(out / "ref.trn", out / "hyp.trn").total().errors == 3  # no deletions for the lost cuts
+    assert "2 cut(s) whose audio did not load" in (out / "results.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        ("command", r":2: cut utt1: recording r1: audio source runs a shell command"),
+        ("duplicate", r":3: cut utt0: duplicate cut id \(first on line 1\)"),
+        ("not json", r":2: not valid JSON"),
+    ],
+)
+def test_evaluate_and_cmvn_refuse_hostile_or_broken_manifests(eval_cuts, tmp_path, capsys, case, message):
+    model_dir, cuts = eval_cuts
+    flag = tmp_path / "ran"
+
+    def edit(lines):
+        if case == "command":
+            lines[1]["recording"]["sources"][0] = {"type": "command", "channels": [0], "source": f"touch {flag}"}
+        elif case == "duplicate":
+            lines[2]["id"] = "utt0"
+
+    bad = _edited(cuts, tmp_path / "bad.jsonl.gz", edit)
+    if case == "not json":
+        import gzip
+
+        with gzip.open(bad, "rt") as f:
+            text = f.read().splitlines()
+        text[1] = "{not json"
+        with gzip.open(bad, "wt") as f:
+            f.write("\n".join(text) + "\n")
+    argv = [
+        "evaluate",
+        "--model",
+        str(model_dir),
+        "--cuts",
+        str(bad),
+        "--out-dir",
+        str(tmp_path / "o"),
+        "--device",
+        "cpu",
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(re.escape(str(bad)) + message, err), err
+    assert main(["cmvn", str(bad), "--out", str(tmp_path / "cmvn.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(re.escape(str(bad)) + message, err), err
+    assert not flag.exists() and not (tmp_path / "cmvn.json").exists() and not (tmp_path / "o").exists()
+
+
+def test_command_sources_run_only_when_allowed(eval_cuts, tmp_path, capsys):
+    model_dir, cuts = eval_cuts
+    wav = None
+
+    def edit(lines):
+        nonlocal wav
+        wav = lines[1]["recording"]["sources"][0]["source"]
+        lines[1]["recording"]["sources"][0] = {"type": "command", "channels": [0], "source": f"cat {wav}"}
+
+    piped = _edited(cuts, tmp_path / "piped.jsonl.gz", edit)
+    assert main(["cmvn", str(piped), "--out", str(tmp_path / "cmvn.json"), "--allow-command-sources"]) == 0
+    out = tmp_path / "report"
+    argv = ["evaluate", "--model", str(model_dir), "--cuts", str(piped), "--out-dir", str(out), "--device", "cpu"]
+    assert main([*argv, "--decoding", "ctc_greedy", "--allow-command-sources"]) == 0
+    assert "utt1" in (out / "hyp.jsonl").read_text(encoding="utf-8")
+
+
+def test_cmvn_leaves_out_cuts_whose_audio_does_not_load_and_exits_1(eval_cuts, tmp_path, capsys):
+    _, cuts = eval_cuts
+
+    def lose(lines):
+        lines[0]["recording"]["sources"][0]["source"] = str(tmp_path / "gone.wav")
+
+    broken = _edited(cuts, tmp_path / "broken.jsonl.gz", lose)
+    assert main(["cmvn", str(broken), "--out", str(tmp_path / "cmvn.json")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"srupp-asr cmvn: error: {tmp_path / 'gone.wav'}: cut utt0: audio file not found"
+    assert (tmp_path / "cmvn.json").exists() and "1 cut(s) left out" in captured.out

@@ -387,3 +387,68 @@ def test_init_from_problems_are_one_line_errors_naming_the_source(tokenizer_path
             module.setup("fit")
         assert "\n" not in str(err.value)
         module.setup("validate")  # only a fit starts from init_from
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (["--model.encoder_conf.num_heads", "0"], "model.encoder_conf.num_heads must be at least 1, got 0"),
+        (["--model.encoder_conf.num_heads", "3"], r"model.encoder_conf.num_heads must divide attn_dim \(64\), got 3"),
+        (["--model.encoder_conf.num_layers", "0"], "model.encoder_conf.num_layers must be at least 1, got 0"),
+        (["--model.encoder_conf.num_layers", "-2"], "model.encoder_conf.num_layers must be at least 1, got -2"),
+        (["--model.encoder_conf.dropout", "1.5"], "model.encoder_conf.dropout must be a finite number >= 0 and < 1"),
+        (["--model.encoder", "lstm"], r"model.encoder must be one of \[srupp, conformer, blstm\], got 'lstm'"),
+        (["--model.subsampling", "5"], r"model.subsampling must be one of \[4, 6, 8\], got 5"),
+        (["--model.ctc_weight", "1.5"], "model.ctc_weight must be a finite number >= 0 and <= 1, got 1.5"),
+        (["--model.n_mels", "0"], "model.n_mels must be at least 1, got 0"),
+        (["--model.lr", "-1"], "model.lr must be a finite number > 0, got -1.0"),
+        (["--model.warmup_steps", "0"], "model.warmup_steps must be at least 1, got 0"),
+        (["--data.max_duration", "-1"], "data.max_duration must be a finite number > 0, got -1.0"),
+        (["--data.num_buckets", "0"], "data.num_buckets must be at least 1, got 0"),
+        (["--data.num_workers", "-1"], "data.num_workers must be non-negative, got -1"),
+        (["--trainer.max_steps", "-5"], "trainer.max_steps is refused: `max_steps` must be a non-negative integer"),
+    ],
+)
+def test_bad_values_are_one_line_errors_naming_the_option(override, message, tokenizer_path, tmp_path):
+    argv = ["fit", "--config", str(TINY_CONFIG), "--data.tokenizer", tokenizer_path]
+    with pytest.raises(UserError, match=rf"^command line: {message}") as err:
+        run_train([*argv, "--trainer.default_root_dir", str(tmp_path), *override])
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model:\n  encoder_conf:\n    num_heads: 0\n", r"model\.encoder_conf\.num_heads must be at least 1, got 0"),
+        ("model:\n  encoder_conf:\n    d_model: 1e30\n", r"model\.encoder_conf\.d_model must be an integer, got"),
+        ("model:\n  lr: .nan\n", r"model\.lr must be a finite number > 0, got nan"),
+    ],
+)
+def test_a_bad_value_in_a_config_file_names_that_file(text, message, tokenizer_path, tmp_path):
+    override = tmp_path / "override.yaml"
+    override.write_text(text)
+    argv = ["fit", "--config", str(TINY_CONFIG), "--config", str(override), "--data.tokenizer", tokenizer_path]
+    with pytest.raises(UserError, match=rf"^{override}: {message}"):
+        run_train([*argv, "--trainer.default_root_dir", str(tmp_path)])
+
+
+def test_an_unusable_ckpt_path_or_output_folder_is_a_one_line_error(tokenizer_path, tmp_path):
+    argv = ["fit", "--config", str(TINY_CONFIG), "--data.tokenizer", tokenizer_path]
+    garbage, a_file = tmp_path / "garbage.bin", tmp_path / "a_file"
+    garbage.write_bytes(b"\x1f\x8b not a checkpoint")
+    a_file.write_text("")
+    cases = [
+        (
+            ["--ckpt_path", str(tmp_path / "missing.ckpt")],
+            rf"ckpt_path: {tmp_path}/missing\.ckpt: checkpoint not found",
+        ),
+        (["--ckpt_path", str(garbage)], rf"ckpt_path: {garbage}: not a readable PyTorch checkpoint"),
+        (
+            ["--trainer.default_root_dir", str(a_file)],
+            rf"command line: trainer\.default_root_dir cannot be created: {a_file}: exists and is not a folder",
+        ),
+    ]
+    for override, message in cases:
+        with pytest.raises(UserError, match=f"^{message}") as err:
+            run_train([*argv, "--trainer.default_root_dir", str(tmp_path / "run"), *override])
+        assert "\n" not in str(err.value)

@@ -81,9 +81,15 @@ def evaluate(
     name: str | None = None,
     worst: int = WORST,
     progress: bool = False,
+    allow_command_sources: bool = False,
+    errors: list[str] | None = None,
 ) -> tuple[ScoreResult, DecodingSpeed]:
     """Decode every cut of ``cuts`` with the model directory ``model``, score against the cuts' texts and write
-    the report (plus ``hyp.jsonl`` / ``ref.jsonl``) into ``out_dir``."""
+    the report (plus ``hyp.jsonl`` / ``ref.jsonl``) into ``out_dir``.
+
+    A cut whose audio does not load is left out of the scores (the report says how many) and its one-line error
+    goes to ``errors`` (a warning in the log when ``errors`` is None). Audio sources that run a shell command
+    are refused unless ``allow_command_sources``."""
     import torch
     from lhotse import CutSet
     from tqdm import tqdm
@@ -96,11 +102,12 @@ def evaluate(
     if batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {batch_size}")
     options = decoding_options(decoding, beam, ctc_weight, length_penalty, lm, lm_weight)
-    cutset = load_cuts(cuts)
+    cutset = load_cuts(cuts, allow_command_sources=allow_command_sources)
     device = resolve_device(device)
     net, tokenizer = load_model(model, device)
     fusion_lm = load_fusion_lm(lm, tokenizer, device) if lm is not None else None
     dataset = ASRDataset(tokenizer)  # no augmentation: audio exactly as training reads it
+    dataset.warn_load_errors = errors is None  # otherwise the caller prints them
 
     def speaker(cut) -> str | None:
         return next((s.speaker for s in cut.supervisions if s.speaker), None)
@@ -109,6 +116,7 @@ def evaluate(
     refs = [Transcript(c.id, cut_text(c), speaker(c)) for c in all_cuts]
     speakers = {r.utt_id: r.speaker for r in refs}
     hyps: list[Transcript] = []
+    failed: dict[str, str] = {}  # cut id -> why its audio did not load
     decode_seconds = load_seconds = audio_samples = 0.0
     with tqdm(total=len(all_cuts), unit="utt", desc="decoding", disable=not progress, file=sys.stderr) as bar:
         for start in range(0, len(all_cuts), batch_size):
@@ -126,7 +134,12 @@ def evaluate(
                 decode_seconds += time.perf_counter() - begin
                 audio_samples += float(batch["audio_lens"].sum())
                 hyps += [Transcript(i, h.text, speakers[i]) for i, h in zip(batch["cut_ids"], out, strict=True)]
+            failed.update(dataset.load_errors)
+            dataset.load_errors.clear()
             bar.update(min(batch_size, len(all_cuts) - start))
+    if errors is not None:
+        errors += failed.values()
+    refs = [r for r in refs if r.utt_id not in failed]
 
     order = {c.id: k for k, c in enumerate(cutset)}  # report in manifest order
     refs.sort(key=lambda t: order[t.utt_id])
@@ -136,6 +149,8 @@ def evaluate(
     details = {"model": str(model), "decoding": _describe(options), **speed.details()}
     if lm is not None:
         details["lm"] = str(lm)
+    if failed:
+        details["left out"] = f"{len(failed)} cut(s) whose audio did not load (not scored)"
     info = ReportInfo(name or _manifest_name(cuts), str(cuts), str(Path(out_dir) / "hyp.jsonl"), True, details)
     write_jsonl(Path(out_dir) / "hyp.jsonl", hyps)
     write_jsonl(Path(out_dir) / "ref.jsonl", refs)
@@ -157,7 +172,8 @@ def _describe(options: DecodingOptions) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``srupp-asr evaluate`` from parsed arguments."""
+    """Run ``srupp-asr evaluate`` from parsed arguments; exit code 1 when some cuts' audio did not load."""
+    errors: list[str] = []
     result, speed = evaluate(
         args.model,
         args.cuts,
@@ -174,11 +190,17 @@ def main(args: argparse.Namespace) -> int:
         name=args.name,
         worst=args.worst,
         progress=sys.stderr.isatty(),
+        allow_command_sources=args.allow_command_sources,
+        errors=errors,
     )
+    for line in errors:
+        print(f"srupp-asr evaluate: error: {line}", file=sys.stderr)
     print_summary(result, args.name or _manifest_name(args.cuts), args.out_dir)
     rtf = "-" if speed.rtf is None else f"{speed.rtf:.4f}"
     print(f"decoded {speed.audio_seconds / 3600:.3f} h of audio in {speed.decode_seconds:.1f} s, RTF {rtf}")
-    return 0
+    if errors:
+        print(f"{len(errors)} cut(s) left out of the scores: their audio did not load (errors above)")
+    return 1 if errors else 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -195,5 +217,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--out-dir", required=True, help="where the report files go")
     add_decoding_arguments(p, batch_help="utterances decoded together")
     add_report_arguments(p)
+    p.add_argument(
+        "--allow-command-sources",
+        action="store_true",
+        help="let audio sources that run a shell command (a Kaldi wav.scp pipe) run; only for manifests you trust",
+    )
     p.set_defaults(func=main)
     return p

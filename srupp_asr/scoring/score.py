@@ -77,7 +77,14 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by ``score`` and ``evaluate``: report name, training log, number of worst utterances."""
     p.add_argument("--name", help="dataset name in results.md and the report (default: from the file names)")
     p.add_argument("--train-log", metavar="METRICS_CSV", help="Lightning CSVLogger metrics.csv: plot training curves")
-    p.add_argument("--worst", type=int, default=WORST, metavar="N", help=f"worst utterances shown (default {WORST})")
+    p.add_argument("--worst", type=_count, default=WORST, metavar="N", help=f"worst utterances shown (default {WORST})")
+
+
+def _count(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return int(text)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
