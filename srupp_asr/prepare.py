@@ -140,13 +140,17 @@ def _cut(recording: Recording, cut_id: str, start: float, end: float | None, tex
     return fastcopy(cut, id=cut_id, supervisions=[supervision])
 
 
-def import_kaldi_dir(data_dir: str | os.PathLike, problems: list[str] | None = None) -> CutSet:
+def import_kaldi_dir(
+    data_dir: str | os.PathLike, problems: list[str] | None = None, allow_commands: bool = False
+) -> CutSet:
     """Read a Kaldi data directory as cuts; entries that cannot be imported are appended to ``problems``.
 
     ``wav.scp`` lines hold a path (relative paths are taken from the current directory, as Kaldi does) or a
-    command ending in ``|`` whose standard output is a WAV/FLAC stream; a command is run once here and again
-    each time the cut is loaded. ``text`` is required; ``segments`` (times in seconds, end ``-1`` = end of the
-    recording) and ``utt2spk`` are optional. Without ``problems`` the problems are logged as warnings.
+    command ending in ``|`` whose standard output is a WAV/FLAC stream. Commands are shell code: unless
+    ``allow_commands`` (only for data you trust) a ``wav.scp`` holding one is a UserError and nothing runs;
+    allowed, a command is run once here and again each time the cut is loaded. ``text`` is required; ``segments``
+    (times in seconds, end ``-1`` = end of the recording) and ``utt2spk`` are optional. Without ``problems`` the
+    problems are logged as warnings.
     """
     data_dir = Path(data_dir)
     report = _Report(problems)
@@ -156,6 +160,12 @@ def import_kaldi_dir(data_dir: str | os.PathLike, problems: list[str] | None = N
         if not (data_dir / name).is_file():
             raise UserError(f"{data_dir / name}: not found (a Kaldi data directory needs wav.scp and text)")
     wav_scp = _read_table(data_dir / "wav.scp", report)
+    commands = [rec_id for rec_id, fields in wav_scp.items() if fields and fields[0].endswith("|")]
+    if commands and not allow_commands:
+        raise UserError(
+            f"{data_dir / 'wav.scp'}: {len(commands)} entries are shell commands (the first: {commands[0]}); "
+            "nothing was run. If you trust this data, pass --allow-command-sources"
+        )
     texts = _read_table(data_dir / "text", report)
     speakers: dict[str, list[str] | None] = {}
     if (data_dir / "utt2spk").is_file():
@@ -307,7 +317,7 @@ def prepare_command(args: argparse.Namespace) -> int:
     """``srupp-asr prepare kaldi|nemo SRC OUT``: import, write the manifest, report; exit 1 if entries were skipped."""
     problems: list[str] = []
     if args.format == "kaldi":
-        cuts = import_kaldi_dir(args.source, problems)
+        cuts = import_kaldi_dir(args.source, problems, args.allow_command_sources)
     else:
         cuts = import_nemo_manifest(args.source, problems)
     for problem in problems:
@@ -325,6 +335,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     formats = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
     kaldi = formats.add_parser("kaldi", help="a Kaldi data directory (wav.scp, text, [segments], [utt2spk])")
     kaldi.add_argument("source", metavar="DATA_DIR")
+    kaldi.add_argument(
+        "--allow-command-sources",
+        action="store_true",
+        help="run the wav.scp entries that are shell commands ('... |'); only for data you trust",
+    )
     nemo = formats.add_parser("nemo", help="a NeMo JSON-lines manifest (audio_filepath, text, [duration, offset])")
     nemo.add_argument("source", metavar="MANIFEST")
     for sub in (kaldi, nemo):

@@ -108,7 +108,7 @@ def test_kaldi_pipe_command_is_run_at_import_and_at_load(tmp_path):
     (tmp_path / "wav.scp").write_text(f"a sox {tmp_path / 'a.wav'} -t wav - |\nb false |\n")
     (tmp_path / "text").write_text("a piped\nb broken\n")
     problems: list[str] = []
-    (cut,) = import_kaldi_dir(tmp_path, problems)
+    (cut,) = import_kaldi_dir(tmp_path, problems, allow_commands=True)
     assert cut.recording.sources[0].type == "command"
     assert (cut.duration, cut.sampling_rate) == (1.0, 8000)
     np.testing.assert_allclose(cut.load_audio()[0], sf.read(tmp_path / "a.wav", dtype="float32")[0], atol=1e-4)
@@ -199,3 +199,17 @@ def test_cli_writes_the_manifest_and_exits_by_what_was_skipped(kaldi_dir, tmp_pa
 def test_cli_refuses_an_output_that_is_not_jsonl(kaldi_dir, tmp_path):
     with pytest.raises(UserError, match=r"cuts\.txt: cut manifests are written as \.jsonl\.gz"):
         _run(["prepare", "kaldi", str(kaldi_dir), str(tmp_path / "cuts.txt")])
+
+
+def test_kaldi_pipe_commands_run_only_when_allowed(tmp_path, capsys):
+    from srupp_asr.cli import main
+
+    flag = tmp_path / "ran"
+    (tmp_path / "wav.scp").write_text(f"a touch {flag}; cat x.wav |\nb b.wav\n")
+    (tmp_path / "text").write_text("a one\nb two\n")
+    with pytest.raises(UserError, match=r"wav\.scp: 1 entries are shell commands \(the first: a\); nothing was run"):
+        import_kaldi_dir(tmp_path)
+    assert main(["prepare", "kaldi", str(tmp_path), str(tmp_path / "cuts.jsonl.gz")]) == 2
+    assert "--allow-command-sources" in capsys.readouterr().err and not flag.exists()
+    main(["prepare", "kaldi", str(tmp_path), str(tmp_path / "cuts.jsonl.gz"), "--allow-command-sources"])
+    assert flag.exists()
