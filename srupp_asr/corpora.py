@@ -347,11 +347,11 @@ def score_talks(
                 raise UserError(f"{path}: not a transcribe JSON transcript ({err})") from None
             hyps.append(Transcript(cut.id, scored_hypothesis(transcript, cut), cut.recording_id))
     out = Path(out_dir)
-    write_jsonl(out / "ref.jsonl", refs)
-    write_jsonl(out / "hyp.jsonl", hyps)
     result = score_transcripts(refs, hyps)
     info = ReportInfo(name or Path(talks).name.split(".")[0], str(talks), str(out / "hyp.jsonl"), True)
-    write_report(result, out, info)
+    write_report(result, out, info)  # first: it checks the folder before writing
+    write_jsonl(out / "ref.jsonl", refs)
+    write_jsonl(out / "hyp.jsonl", hyps)
     return result
 
 

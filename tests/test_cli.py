@@ -35,13 +35,25 @@ def _score_files(tmp_path):
     return ["score", "--ref", str(ref), "--hyp", str(hyp)]
 
 
-def test_an_output_folder_that_cannot_be_made_is_one_line_and_exit_1(tmp_path, capsys):
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path, capsys):
     taken = tmp_path / "taken"
     taken.write_text("a file, not a folder")
-    assert main([*_score_files(tmp_path), "--out-dir", str(taken)]) == 1
-    assert capsys.readouterr().err.strip() == f"srupp-asr score: error: {taken}: exists and is not a folder"
-    assert main([*_score_files(tmp_path), "--out-dir", str(taken / "below")]) == 1
+    assert main([*_score_files(tmp_path), "--out-dir", str(taken)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"srupp-asr score: error: {taken}: exists and is not a folder (the report goes into a folder)"
+    assert main([*_score_files(tmp_path), "--out-dir", str(taken / "below")]) == 1  # an OSError from the system
     assert capsys.readouterr().err.strip() == f"srupp-asr score: error: {taken / 'below'}: Not a directory"
+
+
+def test_a_report_that_cannot_be_written_leaves_the_folder_as_it_was(tmp_path, capsys):
+    out = tmp_path / "report"
+    (out / "results.json").mkdir(parents=True)
+    assert main([*_score_files(tmp_path), "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"srupp-asr score: error: {out / 'results.json'}: is a folder; " + (
+        "the report's file of that name cannot replace it"
+    )
+    assert [p.name for p in out.iterdir()] == ["results.json"]  # nothing else written
 
 
 def test_a_full_stdout_is_one_line_and_exit_1(tmp_path):

@@ -152,9 +152,9 @@ def evaluate(
     if failed:
         details["left out"] = f"{len(failed)} cut(s) whose audio did not load (not scored)"
     info = ReportInfo(name or _manifest_name(cuts), str(cuts), str(Path(out_dir) / "hyp.jsonl"), True, details)
+    write_report(result, out_dir, info, train_log, worst)  # first: it checks the folder before writing
     write_jsonl(Path(out_dir) / "hyp.jsonl", hyps)
     write_jsonl(Path(out_dir) / "ref.jsonl", refs)
-    write_report(result, out_dir, info, train_log, worst)
     return result, speed
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from srupp_asr import __version__
+from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output, atomic_write_text
 from srupp_asr.scoring import plots
 from srupp_asr.scoring.align import CORRECT, DELETION, INSERTION, Alignment, Counts
@@ -312,23 +313,18 @@ def write_report(
     ``training_curves.png``.
     """
     out = Path(out_dir)
+    # Everything is made in memory and every target checked first, so a report that cannot be written leaves
+    # the folder as it was (each file is then written atomically).
     pngs = {
         "Error types": ("error_types.png", plots.error_types_png(result)),
         "Error rate by utterance length": ("wer_by_length.png", plots.wer_by_length_png(result)),
     }
     if train_log is not None:
         pngs["Training curves"] = ("training_curves.png", plots.training_curves_png(train_log))
-    paths: dict[str, Path] = {}
-    for name, data in pngs.values():
-        paths[name] = out / name
-        _write_bytes(out / name, data)
     texts = {
         "ref.trn": [Transcript(u.utt_id, u.ref, u.speaker) for u in result.utterances],
         "hyp.trn": [Transcript(u.utt_id, u.hyp, u.speaker) for u in result.utterances],
     }
-    for name, items in texts.items():
-        paths[name] = out / name
-        write_trn(out / name, items)
     files = {
         "results.json": results_json(result, info),
         "alignment.wer.txt": pralign_text(result, "WER"),
@@ -336,7 +332,24 @@ def write_report(
         "results.md": results_md(result, info),
         "report.html": report_html(result, info, {t: d for t, (_, d) in pngs.items()}, worst),
     }
+    names = [name for name, _ in pngs.values()] + list(texts) + list(files)
+    _check_targets(out, names)
+    paths = {name: out / name for name in names}
+    for name, data in pngs.values():
+        _write_bytes(out / name, data)
+    for name, items in texts.items():
+        write_trn(out / name, items)
     for name, text in files.items():
-        paths[name] = out / name
         atomic_write_text(out / name, text)
     return paths
+
+
+def _check_targets(out: Path, names: list[str]) -> None:
+    """Make ``out``; a UserError if it cannot be made or one of the report's files cannot replace what is there."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"{out}: exists and is not a folder (the report goes into a folder)") from None
+    for name in names:
+        if (out / name).is_dir():
+            raise UserError(f"{out / name}: is a folder; the report's file of that name cannot replace it")
