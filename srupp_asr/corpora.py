@@ -389,7 +389,8 @@ def _score_talks_command(args: argparse.Namespace) -> int:
     from srupp_asr.scoring.score import print_summary
 
     name = args.name or Path(args.talks).name.split(".")[0]
-    print_summary(score_talks(args.talks, args.transcripts, args.out_dir, name), name, args.out_dir)
+    result = score_talks(args.talks, args.transcripts, args.out_dir, name)
+    print_summary(result, name, args.out_dir, args.transcripts)
     return 0
 
 

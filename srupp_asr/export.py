@@ -566,7 +566,8 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
     is allocated (:func:`build_with_weights`), and only YAML, safetensors and sentencepiece are parsed."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
-        raise UserError(f"{model_dir}: model directory not found")
+        what = "is a file, not a model directory" if model_dir.exists() else "model directory not found"
+        raise UserError(f"{model_dir}: {what}")
     check_no_pickles(model_dir)
     config_path, tokenizer_path = model_dir / CONFIG_FILE, model_dir / TOKENIZER_FILE
     config = read_model_config(model_dir)

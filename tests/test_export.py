@@ -361,6 +361,7 @@ def _rewrite_weights(path: Path, edit) -> None:
 
 BREAKAGES = {
     "no directory": (lambda d: shutil.rmtree(d), "", r"model directory not found"),
+    "a file": (lambda d: (shutil.rmtree(d), d.write_text("audio?")), "", r"is a file, not a model directory"),
     "no config": (
         lambda d: (d / "config.yaml").unlink(),
         "config.yaml",

@@ -335,8 +335,8 @@ def test_score_command_prints_a_summary_and_warns_about_unpaired_ids(tmp_path, c
     assert captured.out.splitlines() == [
         "dev: WER 42.9% (sub 14.3 del 28.6 ins 0.0; 7 words, 3 sentences, S.Err 66.7%)  CER 50.0% (24 chars)"
     ]
-    assert "warning: 1 reference(s) have no hypothesis" in captured.err and "u3" in captured.err
-    assert "warning: 1 hypothesis(es) have no reference; ignored: u9" in captured.err
+    assert f"warning: {hyp}: 1 reference(s) have no hypothesis" in captured.err and "u3" in captured.err
+    assert f"warning: {hyp}: 1 hypothesis(es) have no reference; ignored: u9" in captured.err
     assert "(s2-u3)" in (out / "ref.trn").read_text(encoding="utf-8")
     assert "|dev|3|7|57.1|14.3|28.6|0.0|42.9|66.7|" in (out / "results.md").read_text(encoding="utf-8")
 

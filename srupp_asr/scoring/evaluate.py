@@ -195,7 +195,7 @@ def main(args: argparse.Namespace) -> int:
     )
     for line in errors:
         print(f"srupp-asr evaluate: error: {line}", file=sys.stderr)
-    print_summary(result, args.name or _manifest_name(args.cuts), args.out_dir)
+    print_summary(result, args.name or _manifest_name(args.cuts), args.out_dir, args.cuts)
     rtf = "-" if speed.rtf is None else f"{speed.rtf:.4f}"
     print(f"decoded {speed.audio_seconds / 3600:.3f} h of audio in {speed.decode_seconds:.1f} s, RTF {rtf}")
     if errors:

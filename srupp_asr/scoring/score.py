@@ -47,10 +47,14 @@ def score(
     return result
 
 
-def print_summary(result: ScoreResult, name: str, out_dir: str | os.PathLike | None) -> None:
-    """The console output of ``score`` and ``evaluate``: warnings on stderr, one summary line on stdout."""
+def print_summary(
+    result: ScoreResult, name: str, out_dir: str | os.PathLike | None, where: str | os.PathLike | None = None
+) -> None:
+    """The console output of ``score`` and ``evaluate``: warnings on stderr (naming the file ``where`` the
+    hypotheses came from), one summary line on stdout."""
+    prefix = f"{where}: " if where is not None else ""
     for line in warnings_of(result):
-        print(f"warning: {line}", file=sys.stderr)
+        print(f"warning: {prefix}{line}", file=sys.stderr)
     print(summary_line(result, name))
     if out_dir is not None:
         print(f"report: {Path(out_dir) / 'report.html'}", file=sys.stderr)
@@ -69,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
         name=args.name,
         worst=args.worst,
     )
-    print_summary(result, args.name or dataset_name(args.hyp), args.out_dir)
+    print_summary(result, args.name or dataset_name(args.hyp), args.out_dir, args.hyp)
     return 0
 
 
