@@ -104,6 +104,9 @@ def _run(command: str, fn) -> int:
     except UserError as err:
         print(f"srupp-asr {command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: outputs are written atomically, so stop with one line, as shells expect
+        print(f"srupp-asr {command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as other tools do
         _silence_stdout()
         return 1

@@ -87,3 +87,13 @@ def test_a_negative_worst_count_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main([*_score_files(tmp_path), "--worst", "-1"])
     assert stop.value.code == 2 and "--worst: must be a whole number >= 0, got '-1'" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(capsys):
+    from srupp_asr.cli import _run
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    assert _run("transcribe", interrupted) == 130
+    assert capsys.readouterr().err == "srupp-asr transcribe: interrupted\n"
