@@ -79,20 +79,20 @@ def load_cut_audio(cut: Cut) -> np.ndarray:
     try:
         return cut.load_audio()
     except Exception as err:  # any decoder, command or file error
-        raise UserError(f"{_audio_location(cut)}: cut {cut.id}: {_audio_problem(cut, err)}") from None
+        source = _first_source(cut)
+        where = str(source.source) if source is not None else str(cut.id)
+        raise UserError(f"{where}: cut {cut.id}: {_audio_problem(source, err)}") from None
 
 
-def _audio_location(cut: Cut) -> str:
-    recording = getattr(cut, "recording", None)
-    sources = getattr(recording, "sources", None) or []
-    return str(sources[0].source) if sources else str(cut.id)
+def _first_source(cut: Cut):
+    """The first audio source of a cut's recording (None for a cut without one, e.g. a MixedCut)."""
+    sources = getattr(getattr(cut, "recording", None), "sources", None) or []
+    return sources[0] if sources else None
 
 
-def _audio_problem(cut: Cut, err: Exception) -> str:
+def _audio_problem(source, err: Exception) -> str:
     """One line for a lhotse audio error, which lists every backend's failure and dumps the cut on more lines."""
-    recording = getattr(cut, "recording", None)
-    sources = getattr(recording, "sources", None) or []
-    if sources and sources[0].type == "file" and not os.path.exists(sources[0].source):
+    if source is not None and source.type == "file" and not os.path.exists(source.source):
         return "audio file not found"
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     # lhotse's AudioLoadingError: "Exception #0 (<backend>): <class ...>: what the first backend said"
