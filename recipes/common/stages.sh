@@ -1,10 +1,13 @@
 # shellcheck shell=bash disable=SC2154  # $recipe, $stage, ... are set by the recipe that sources this file
-# The stages the recipes share, as bash functions: sourced (not run) by recipes/*/run.sh, right after their
-# `set -euo pipefail`, with
+# The command line and the stages the recipes share, as bash functions: sourced (not run) by recipes/*/run.sh,
+# right after their `set -euo pipefail`, with
 #
 #   recipe=NAME  # the name in the log lines
 #   # shellcheck source=recipes/common/stages.sh
 #   source "$(dirname "${BASH_SOURCE[0]}")/../common/stages.sh"
+#
+# then the defaults of their options, the table of their options (see parse_options), `parse_options "$@"` and
+# `cd "$repo_root"`: the stages run in the repository root.
 #
 # Each recipe keeps its options and its own stages (download, prepare, synthesis, ...) and calls these for the
 # rest. A stage function skips what is already there and says so, as the recipes always did.
@@ -12,22 +15,172 @@
 # The functions take what they need as arguments, except that
 #   log, runs       read the recipe's $recipe, $stage and $stop_stage;
 #   usage           prints the header comment of the running script ($0);
+#   parse_options   reads the recipe's table $options and sets its option variables;
 #   conf_value, decode_options, system_name, stage_decode (the corpus recipes' decoding) read the corpus recipes'
 #                   decoding options $decode_config, $beam, $ctc_weight, $lm_weight, $use_lm and $lm_dir.
 # Call a stage inside `if runs N; then ... fi`, never as `runs N && stage_...`: bash ignores `set -e` in a function
 # called from a && list, and a failing command would not stop the recipe.
-# An argument described as a word list (SETS, MODES, LM_TEXT) is one string that the function splits on spaces;
-# trailing OPTION ... arguments are passed on as they are (a recipe splits its --train-args into them).
+# An argument described as a word list (SETS, MODES, LM_TEXT) is one string that the function splits on blanks;
+# trailing OPTION ... arguments are passed on as they are (a recipe splits its --train-args into them with
+# split_words). Paths are passed quoted everywhere, so that folders with spaces in their names work.
+
+# The repository root (conf/ and the default data/ and exp/ folders; the stages run there).
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# The decoding modes of srupp-asr evaluate and transcribe (MODES in srupp_asr/decoding/options.py), checked on the
+# command line so that a misspelt mode stops the recipe before its training, not after it.
+decoding_modes="ctc_greedy ctc_prefix_beam joint rescoring"
 
 # The recipe's --help: the script's header comment (the lines after the #! line up to the first line of code),
-# without the leading "# ".
-usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
+# without the leading "# ", then what holds for the options of every recipe.
+usage() {
+  awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
+  echo
+  cat <<'EOF'
+Every option is checked before anything runs: a wrong one is one line on stderr and exit status 2. A true|false
+option takes exactly true or false; N is a whole number >= 1 (--stage and --stop-stage: a stage listed above;
+--cmvn-max-cuts and --seed: >= 0; --devices: whatever Lightning takes); W, H and S are numbers (--ctc-weight:
+from 0 to 1). A relative path given to an option (--data, --exp, --corpus-dir, --download-dir, --lm-text) is
+taken from the directory the script is run in; --config and --decode-config are looked up there first, then in
+the repository root (so conf/NAME.yaml works from anywhere). The default folders (data/..., exp/...) and any path
+inside --train-args, --lm-args or --average-args are taken from the repository root, where the stages run.
+EOF
+}
+
+# die MESSAGE: "run.sh: MESSAGE" on stderr, and exit 2 (a usage error).
+die() {
+  echo "run.sh: $*" >&2
+  exit 2
+}
 
 # log STAGE MESSAGE: print "<date> <time> (<recipe> stage STAGE) MESSAGE".
 log() { echo "$(date '+%F %T') ($recipe stage $1) $2"; }
 
 # runs STAGE: true when STAGE is within --stage .. --stop-stage.
 runs() { [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; }
+
+# split_words ARRAY STRING: set the array variable named ARRAY to the words of STRING (split on blanks, without
+# wildcard expansion): the word-list options (--train-args "...", --test-sets "...") as arguments.
+split_words() { read -r -a "$1" <<<"$2"; }
+
+# ---- the command line --------------------------------------------------------------------------------------------
+
+# parse_options ARG ...: set the recipe's option variables from its command line. The recipe defines the array
+# `options`: pairs of an option and its kind; the option --foo-bar sets the variable foo_bar, set to its default
+# beforehand (the default of --stop-stage is the recipe's last stage). -h/--help prints usage and exits 0; an unknown
+# option, a missing value or a value not of its kind is one line on stderr (die) and exit 2. The kinds:
+#   stage     a stage number, 0 to the last stage          bool      true or false
+#   count     a whole number >= 1                          whole     a whole number >= 0
+#   number    a number >= 0 (digits and a point)           positive  a number > 0
+#   fraction  a number from 0 to 1                         A|B|...   one of these words
+#   dir       a path, made absolute from the directory the script is run in
+#   file      an existing file, looked up there, else in the repository root; made absolute
+#   files     a word list of paths, each made absolute as a dir is
+#   modes     a word list of decoding modes; fusion-modes: each MODE or MODE+lm (a beam mode fused with an LM)
+#   words     a non-empty word list                        text      any non-empty value
+#   args      options passed on as they are (may be empty, or start with --)
+#   flag      takes no value: sets the variable to true
+# Lastly --stage must not come after --stop-stage.
+parse_options() {
+  local -A kinds=()
+  local i opt kind var value
+  for ((i = 0; i < ${#options[@]}; i += 2)); do kinds[${options[i]}]=${options[i + 1]}; done
+  last_stage=$stop_stage
+  while [ $# -gt 0 ]; do
+    opt=$1
+    shift
+    case "$opt" in
+      -h|--help) usage; exit 0 ;;
+      --?*) [ -n "${kinds[$opt]+set}" ] || die "unknown option $opt (see --help)" ;;
+      *) die "unexpected argument '$opt' (see --help)" ;;
+    esac
+    kind=${kinds[$opt]}
+    var=${opt#--}
+    var=${var//-/_}
+    if [ "$kind" = flag ]; then
+      printf -v "$var" true
+      continue
+    fi
+    # missing, empty, or the next option (a value of --train-args may start with --: "--trainer.max_epochs 1")
+    if [ $# -eq 0 ] || { [ "$kind" != args ] && [[ -z $1 || $1 == --* ]]; }; then
+      die "option $opt needs a value"
+    fi
+    value=$1
+    shift
+    check_value "$opt" "$kind"
+    printf -v "$var" '%s' "$value"
+  done
+  if [ "$stage" -gt "$stop_stage" ]; then
+    die "--stage $stage is after --stop-stage $stop_stage: no stage would run"
+  fi
+}
+
+# check_value OPTION KIND: check parse_options' $value against KIND (see there) and die naming OPTION and the value
+# unless it is one; numbers lose their leading zeros, paths are made absolute.
+check_value() {
+  local opt=$1 kind=$2 word mode words=() paths=()
+  case "$kind" in
+    stage)
+      if ! is_whole "$value" || [ "$((10#$value))" -gt "$last_stage" ]; then
+        die "$opt takes a stage number from 0 to $last_stage (see --help), got '$value'"
+      fi
+      value=$((10#$value)) ;;
+    count)
+      if ! is_whole "$value" || [ "$((10#$value))" -lt 1 ]; then die "$opt takes a whole number >= 1, got '$value'"; fi
+      value=$((10#$value)) ;;
+    whole)
+      is_whole "$value" || die "$opt takes a whole number >= 0, got '$value'"
+      value=$((10#$value)) ;;
+    number) in_range "$value" 0 inf || die "$opt takes a number >= 0, got '$value'" ;;
+    positive)
+      if ! in_range "$value" 0 inf || in_range "$value" 0 0; then die "$opt takes a number > 0, got '$value'"; fi ;;
+    fraction) in_range "$value" 0 1 || die "$opt takes a number from 0 to 1, got '$value'" ;;
+    bool) case "$value" in true|false) ;; *) die "$opt takes true or false, got '$value'" ;; esac ;;
+    dir) value=$(absolute "$value") ;;
+    file)
+      if [[ $value != /* && ! -f $value && -f $repo_root/$value ]]; then value=$repo_root/$value; fi
+      [ -f "$value" ] || die "$opt: no such file '$value' (a relative path is looked up in $PWD, then in $repo_root)"
+      value=$(absolute "$value") ;;
+    files)
+      split_words words "$value"
+      for word in "${words[@]}"; do paths+=("$(absolute "$word")"); done
+      value=${paths[*]} ;;
+    modes|fusion-modes)
+      split_words words "$value"
+      [ "${#words[@]}" -gt 0 ] || die "option $opt needs a value"
+      for word in "${words[@]}"; do
+        mode=$word
+        if [ "$kind" = fusion-modes ]; then mode=${word%+lm}; fi
+        [[ " $decoding_modes " == *" $mode "* ]] || die "$opt: unknown decoding mode '$word' (modes: $decoding_modes)"
+        if [ "$mode" != "$word" ] && [ "$mode" = ctc_greedy ]; then
+          die "$opt: '$word': only the beam modes fuse an LM (ctc_prefix_beam, joint, rescoring)"
+        fi
+      done ;;
+    words)
+      split_words words "$value"
+      [ "${#words[@]}" -gt 0 ] || die "option $opt needs a value" ;;
+    text|args) ;;
+    *\|*)
+      IFS='|' read -r -a words <<<"$kind"
+      for word in "${words[@]}"; do [ "$value" != "$word" ] || return 0; done
+      word=${kind%|*}
+      die "$opt takes ${word//|/, } or ${kind##*|}, got '$value'" ;;
+    *) echo "run.sh: the recipe gives $opt the unknown kind '$kind'" >&2; exit 70 ;;  # a bug in the recipe
+  esac
+}
+
+# is_whole VALUE: true when VALUE is a whole number of at most 18 digits (bash's arithmetic is 64-bit).
+is_whole() { [[ $1 =~ ^[0-9]{1,18}$ ]]; }
+
+# in_range VALUE LOW HIGH: true when VALUE is a plain decimal number (digits and at most one point) from LOW to
+# HIGH (inf: no upper bound).
+in_range() {
+  [[ $1 =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] &&
+    awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v + 0 >= lo + 0 && (hi == "inf" || v + 0 <= hi + 0)) }'
+}
+
+# absolute PATH: PATH made absolute from the current directory when it is relative (a leading ./ dropped).
+absolute() { if [[ $1 == /* ]]; then echo "$1"; else echo "$PWD/${1#./}"; fi; }
 
 # find_srupp (no arguments; call it in the repository root): define the function `srupp` that runs srupp-asr from
 # PATH, else the one `make` installed in .venv, and set $py to the Python beside it. Exits 2 when there is none.
@@ -41,8 +194,7 @@ find_srupp() {
     srupp() { .venv/bin/srupp-asr "$@"; }
     py=.venv/bin/python
   else
-    echo "run.sh: srupp-asr not found: run 'make setup' (or pip install -e .) first" >&2
-    exit 2
+    die "srupp-asr not found: run 'make setup' (or pip install -e .) first"
   fi
 }
 
@@ -51,14 +203,13 @@ find_srupp() {
 # stage_cmvn STAGE CUTS OUT MAX_CUTS: the global CMVN statistics of the cut manifest CUTS into OUT (a JSON file),
 # from its first MAX_CUTS cuts only when MAX_CUTS > 0 (0: all of them).
 stage_cmvn() {
-  local n=$1 cuts=$2 out=$3 max_cuts=$4 limit=""
+  local n=$1 cuts=$2 out=$3 max_cuts=$4 limit=()
   if [ -f "$out" ]; then
     log "$n" "$out exists, skipping"
     return 0
   fi
-  if [ "$max_cuts" -gt 0 ]; then limit="--max-cuts $max_cuts"; fi
-  # shellcheck disable=SC2086  # limit is a word list
-  srupp cmvn "$cuts" --out "$out" $limit
+  if [ "$max_cuts" -gt 0 ]; then limit=(--max-cuts "$max_cuts"); fi
+  srupp cmvn "$cuts" --out "$out" "${limit[@]}"
   log "$n" "wrote $out"
 }
 
@@ -79,26 +230,16 @@ stage_tokenizer() {
 # and the CMVN statistics CMVN, into the experiment folder EXP (checkpoints/, csv/, tensorboard/); the OPTIONs go
 # to LightningCLI after those. Resumes from EXP/checkpoints/last.ckpt when it is there.
 stage_train() {
-  local n=$1 config=$2 train_cuts=$3 valid_cuts=$4 tokenizer=$5 cmvn=$6 exp_dir=$7 resume=""
+  local n=$1 config=$2 train_cuts=$3 valid_cuts=$4 tokenizer=$5 cmvn=$6 exp_dir=$7 resume=()
   shift 7
   if [ -f "$exp_dir/checkpoints/last.ckpt" ]; then
-    resume="--ckpt_path last"
+    resume=(--ckpt_path last)
     log "$n" "resuming from $exp_dir/checkpoints/last.ckpt"
   fi
   log "$n" "training with $config into $exp_dir"
-  # shellcheck disable=SC2086  # resume is a word list
   srupp train fit --config "$config" --data.train_cuts "$train_cuts" --data.valid_cuts "$valid_cuts" \
-    --data.tokenizer "$tokenizer" --model.cmvn "$cmvn" --trainer.default_root_dir "$exp_dir" "$@" $resume
+    --data.tokenizer "$tokenizer" --model.cmvn "$cmvn" --trainer.default_root_dir "$exp_dir" "$@" "${resume[@]}"
   log "$n" "checkpoints in $exp_dir/checkpoints, logs in $exp_dir/csv and $exp_dir/tensorboard"
-}
-
-# trainer_scale_options DEVICES NUM_NODES: the LightningCLI options "--trainer.devices DEVICES --trainer.num_nodes
-# NUM_NODES" (for stage_train), each left out when its value is empty.
-trainer_scale_options() {
-  local opts=""
-  if [ -n "$1" ]; then opts="--trainer.devices $1"; fi
-  if [ -n "$2" ]; then opts="$opts --trainer.num_nodes $2"; fi
-  echo "$opts"
 }
 
 # stage_average STAGE EXP NUM [OPTION ...]: average the NUM best checkpoints of the experiment folder EXP into the
@@ -136,42 +277,39 @@ stage_summary() {
 
 # ---- stages of the corpus recipes (librispeech, tedlium3, aishell1) ----------------------------------------------
 
-# check_corpus_options SPEED_PERTURB USE_LM ENCODER: exit 2 with a message unless the first two are true or false
-# and ENCODER is srupp or conformer.
-check_corpus_options() {
-  local flag
-  for flag in "$1" "$2"; do
-    case "$flag" in true|false) ;; *) echo "run.sh: --speed-perturb and --use-lm take true or false" >&2; exit 2 ;; esac
-  done
-  case "$3" in srupp|conformer) ;; *) echo "run.sh: --encoder must be srupp or conformer" >&2; exit 2 ;; esac
-}
-
 # conf_value KEY: the value of KEY in the flat "key: value" decode config $decode_config (empty when absent).
 conf_value() { sed -n "s/^$1:[[:space:]]*\([^[:space:]#]*\).*/\1/p" "$decode_config" | head -n 1; }
 
-# decode_options MODE: the srupp-asr evaluate / transcribe options of the decoding mode MODE: beam and weights
-# from the decode config unless given on the command line ($beam, $ctc_weight, $lm_weight), and the LM $lm_dir in
-# the beam modes when $use_lm is true.
+# decode_options MODE: set the array decode_args to the srupp-asr evaluate / transcribe options of the decoding mode
+# MODE: beam and weights from the decode config unless given on the command line ($beam, $ctc_weight, $lm_weight),
+# and the LM $lm_dir in the beam modes when $use_lm is true.
 decode_options() {
-  local opts
-  opts="--decoding $1 --beam ${beam:-$(conf_value beam)} --ctc-weight ${ctc_weight:-$(conf_value ctc_weight)}"
-  opts="$opts --length-penalty $(conf_value length_penalty)"
+  decode_args=(--decoding "$1" --beam "${beam:-$(conf_value beam)}"
+    --ctc-weight "${ctc_weight:-$(conf_value ctc_weight)}" --length-penalty "$(conf_value length_penalty)")
   if $use_lm && [ "$1" != ctc_greedy ]; then
-    opts="$opts --lm $lm_dir --lm-weight ${lm_weight:-$(conf_value lm_weight)}"
+    decode_args+=(--lm "$lm_dir" --lm-weight "${lm_weight:-$(conf_value lm_weight)}")
   fi
-  echo "$opts"
 }
 
 # system_name MODE: the name of the results of decoding mode MODE (their folder is decode_<name>): MODE, or
 # MODE_lm when it is decoded with the LM (see decode_options).
 system_name() { if $use_lm && [ "$1" != ctc_greedy ]; then echo "${1}_lm"; else echo "$1"; fi; }
 
-# train_log_option EXP: "--train-log FILE" with the metrics.csv of the last training run in EXP/csv (Lightning
-# numbers the runs version_N: the training curves of each report), nothing when there is none.
+# train_log_option EXP: set the array train_log_args to "--train-log FILE" with the metrics.csv of the last training
+# run in EXP/csv (Lightning numbers the runs version_N: the training curves of each report), to nothing when there
+# is none.
 train_log_option() {
   local csv
-  csv=$(find "$1/csv" -name metrics.csv 2>/dev/null | sort -V | tail -n 1)
-  [ -z "$csv" ] || echo "--train-log $csv"
+  csv=$(find "$1/csv" -name metrics.csv 2>/dev/null | sort -V | tail -n 1) || csv=""  # no EXP/csv: no training log
+  train_log_args=()
+  [ -z "$csv" ] || train_log_args=(--train-log "$csv")
+}
+
+# json_path_list PATH: the JSON list holding the string PATH (LightningCLI's --data.audio_roots), quotes and
+# backslashes escaped.
+json_path_list() {
+  local path=${1//\\/\\\\}
+  echo "[\"${path//\"/\\\"}\"]"
 }
 
 # stage_manifests STAGE MANIFESTS SETS COMMAND [ARG ...]: run COMMAND (the corpus's `srupp corpus prepare ...`)
@@ -210,7 +348,7 @@ stage_speed_perturb() {
 # TOKENIZER, on the text files of the word list LM_TEXT (when empty: the transcripts of the cut manifest
 # TRAIN_CUTS), validated on VALID_CUTS; the OPTIONs go to train-lm after those.
 stage_lm() {
-  local n=$1 enabled=$2 lm_out=$3 tokenizer=$4 train_cuts=$5 valid_cuts=$6 text=$7 text_args lm_device=cpu
+  local n=$1 enabled=$2 lm_out=$3 tokenizer=$4 train_cuts=$5 valid_cuts=$6 text=$7 text_args=() lm_device=cpu
   shift 7
   if ! $enabled; then
     log "$n" "no LM (--use-lm false)"
@@ -220,12 +358,14 @@ stage_lm() {
     log "$n" "$lm_out exists, skipping"
     return 0
   fi
-  text_args="--train-cuts $train_cuts"
-  if [ -n "$text" ]; then text_args="--train-text $text"; fi
+  text_args=(--train-cuts "$train_cuts")
+  if [ -n "$text" ]; then
+    split_words text_args "$text"
+    text_args=(--train-text "${text_args[@]}")
+  fi
   if command -v nvidia-smi >/dev/null 2>&1; then lm_device=cuda; fi
   log "$n" "training an SRU++ LM into $lm_out"
-  # shellcheck disable=SC2086  # text_args is a word list
-  srupp train-lm --tokenizer "$tokenizer" $text_args --valid-cuts "$valid_cuts" --out-dir "$lm_out" \
+  srupp train-lm --tokenizer "$tokenizer" "${text_args[@]}" --valid-cuts "$valid_cuts" --out-dir "$lm_out" \
     --device "$lm_device" "$@"
   log "$n" "wrote $lm_out"
 }
@@ -238,10 +378,11 @@ stage_decode() {
   local n=$1 exp_dir=$2 manifests_dir=$3 device_name=$4 sets=$5 modes=$6 name mode
   for name in $sets; do
     for mode in $modes; do
-      # shellcheck disable=SC2046  # decode_options and train_log_option print word lists
+      decode_options "$mode"
+      train_log_option "$exp_dir"
       evaluate_into "$n" "$exp_dir/decode_$(system_name "$mode")/$name" "results.md, results.json, report.html" \
-        --model "$exp_dir/model" --cuts "$manifests_dir/${name}_cuts.jsonl.gz" $(decode_options "$mode") \
-        --device "$device_name" --name "$name" $(train_log_option "$exp_dir")
+        --model "$exp_dir/model" --cuts "$manifests_dir/${name}_cuts.jsonl.gz" "${decode_args[@]}" \
+        --device "$device_name" --name "$name" "${train_log_args[@]}"
     done
   done
 }
@@ -265,10 +406,13 @@ corpus_stages_2_to_8() {
   fi
 
   if runs 5; then
-    # shellcheck disable=SC2046,SC2086  # trainer_scale_options prints a word list, train_args is one
+    local scale=() extra=()
+    if [ -n "$devices" ]; then scale+=(--trainer.devices "$devices"); fi
+    if [ -n "$num_nodes" ]; then scale+=(--trainer.num_nodes "$num_nodes"); fi
+    split_words extra "$train_args"
     stage_train 5 "$config" "$manifests/${train_set}_cuts.jsonl.gz" "$manifests/dev_cuts.jsonl.gz" \
-      "$data/tokenizer.model" "$data/cmvn.json" "$exp" --data.speed_perturb null --data.audio_roots "[\"$corpus_dir\"]" \
-      $(trainer_scale_options "$devices" "$num_nodes") $train_args
+      "$data/tokenizer.model" "$data/cmvn.json" "$exp" --data.speed_perturb null \
+      --data.audio_roots "$(json_path_list "$corpus_dir")" "${scale[@]}" "${extra[@]}"
   fi
 
   if runs 6; then
@@ -276,9 +420,10 @@ corpus_stages_2_to_8() {
   fi
 
   if runs 7; then
-    # shellcheck disable=SC2086  # lm_args is a word list
+    local extra=()
+    split_words extra "$lm_args"
     stage_lm 7 "$use_lm" "$lm_dir" "$data/tokenizer.model" "$manifests/train_cuts.jsonl.gz" \
-      "$manifests/dev_cuts.jsonl.gz" "$lm_text" $lm_args
+      "$manifests/dev_cuts.jsonl.gz" "$lm_text" "${extra[@]}"
   fi
 
   if runs 8; then

@@ -43,7 +43,6 @@ stage=0
 stop_stage=9
 subset=960
 corpus_dir=""
-corpus_given=false
 download_dir=data/downloads
 data=""
 exp=""
@@ -69,53 +68,27 @@ lm_weight=""
 test_sets="dev_clean dev_other test_clean test_other"
 device=auto
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --stage) stage=$2; shift 2 ;;
-    --stop-stage) stop_stage=$2; shift 2 ;;
-    --subset) subset=$2; shift 2 ;;
-    --corpus-dir) corpus_dir=$2; corpus_given=true; shift 2 ;;
-    --download-dir) download_dir=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
-    --exp) exp=$2; shift 2 ;;
-    --encoder) encoder=$2; shift 2 ;;
-    --config) config=$2; shift 2 ;;
-    --decode-config) decode_config=$2; shift 2 ;;
-    --nj) nj=$2; shift 2 ;;
-    --vocab-size) vocab_size=$2; shift 2 ;;
-    --token-type) token_type=$2; shift 2 ;;
-    --speed-perturb) speed_perturb=$2; shift 2 ;;
-    --cmvn-max-cuts) cmvn_max_cuts=$2; shift 2 ;;
-    --devices) devices=$2; shift 2 ;;
-    --num-nodes) num_nodes=$2; shift 2 ;;
-    --train-args) train_args=$2; shift 2 ;;
-    --num-avg) num_avg=$2; shift 2 ;;
-    --use-lm) use_lm=$2; shift 2 ;;
-    --lm-text) lm_text=$2; shift 2 ;;
-    --lm-args) lm_args=$2; shift 2 ;;
-    --decodings) decodings=$2; shift 2 ;;
-    --beam) beam=$2; shift 2 ;;
-    --ctc-weight) ctc_weight=$2; shift 2 ;;
-    --lm-weight) lm_weight=$2; shift 2 ;;
-    --test-sets) test_sets=$2; shift 2 ;;
-    --device) device=$2; shift 2 ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
+options=(  # option kind (see parse_options in recipes/common/stages.sh)
+  --stage stage --stop-stage stage --subset "100|960" --corpus-dir dir --download-dir dir --data dir --exp dir
+  --encoder "srupp|conformer" --config file --decode-config file --nj count --vocab-size count
+  --token-type "unigram|bpe|char" --speed-perturb bool --cmvn-max-cuts whole --devices text --num-nodes count
+  --train-args args --num-avg count --use-lm bool --lm-text files --lm-args args --decodings modes --beam count
+  --ctc-weight fraction --lm-weight number --test-sets words --device "cpu|cuda|auto"
+)
+parse_options "$@"
 
-cd "$(dirname "$0")/../.."  # paths (conf/, data/, exp/) are relative to the repository root
-[ -f "$decode_config" ] || { echo "run.sh: $decode_config: decode config not found" >&2; exit 2; }
+cd "$repo_root"  # the default paths (conf/, data/, exp/) are relative to the repository root
+[ -f "$decode_config" ] || die "$decode_config: decode config not found"
 find_srupp  # srupp-asr from PATH, else the one `make` installed in .venv
 
-check_corpus_options "$speed_perturb" "$use_lm" "$encoder"
-case "$subset" in 100|960) ;; *) echo "run.sh: --subset must be 100 or 960, got $subset" >&2; exit 2 ;; esac
 if [ -z "$config" ]; then
   if [ "$subset" = 960 ]; then config=conf/librispeech_$encoder.yaml; else config=conf/train_$encoder.yaml; fi
 fi
 data=${data:-data/librispeech_$subset}
 exp=${exp:-exp/librispeech_${subset}_$encoder}
 manifests=$data/manifests
+corpus_given=false
+[ -z "$corpus_dir" ] || corpus_given=true
 [ -n "$corpus_dir" ] || corpus_dir=$download_dir/LibriSpeech
 train_set=train
 $speed_perturb && train_set=train_sp
@@ -138,6 +111,6 @@ fi
 corpus_stages_2_to_8
 
 if runs 9; then
-  # shellcheck disable=SC2086  # test_sets is a word list
-  stage_summary 9 "$exp" "LibriSpeech $subset h results ($exp, $config)" --quiet --sets $test_sets
+  split_words sets "$test_sets"
+  stage_summary 9 "$exp" "LibriSpeech $subset h results ($exp, $config)" --quiet --sets "${sets[@]}"
 fi

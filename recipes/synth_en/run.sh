@@ -16,9 +16,10 @@
 #      that is not a dev or test sentence, spoken in the corpus or not) into $exp/lm
 #   4  train (srupp-asr train fit; resumes from last.ckpt)
 #   5  average the best checkpoints into a model directory
-#   6  decode and score the test sets (seen and held-out voices) with each decoding mode (srupp-asr evaluate;
-#      a mode written MODE+lm fuses the LM of stage 3 with --lm-weight), and with pocketsphinx (a pretrained
-#      recogniser, for comparison) unless --pocketsphinx false
+#   6  decode and score the test sets (seen and held-out voices) with each decoding mode of --decodings (default
+#      "ctc_greedy joint joint+lm", without joint+lm under --lm false; srupp-asr evaluate; a mode written MODE+lm
+#      fuses the LM of stage 3 with --lm-weight), and with pocketsphinx (a pretrained recogniser, for comparison)
+#      unless --pocketsphinx false
 #   7  score pocketsphinx's transcripts and write the summary table $exp/RESULTS.md
 # --config defaults by size: tiny -> conf/tiny_cpu.yaml, small -> conf/synth_en_cpu.yaml, large -> conf/train_srupp.yaml
 set -euo pipefail
@@ -40,7 +41,7 @@ vocab_size=256
 num_avg=5
 train_args=""
 average_args=""
-decodings="ctc_greedy joint joint+lm"
+decodings=""  # ctc_greedy joint joint+lm, without joint+lm under --lm false
 beam=10
 device=cpu
 pocketsphinx=true
@@ -49,35 +50,20 @@ lm_args=""
 lm_weight=0.3
 test_sets="test_seen test_unseen"
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --stage) stage=$2; shift 2 ;;
-    --stop-stage) stop_stage=$2; shift 2 ;;
-    --size) size=$2; shift 2 ;;
-    --hours) hours=$2; shift 2 ;;
-    --seed) seed=$2; shift 2 ;;
-    --nj) nj=$2; shift 2 ;;
-    --non-free) non_free=true; shift ;;
-    --data) data=$2; shift 2 ;;
-    --exp) exp=$2; shift 2 ;;
-    --config) config=$2; shift 2 ;;
-    --vocab-size) vocab_size=$2; shift 2 ;;
-    --num-avg) num_avg=$2; shift 2 ;;
-    --train-args) train_args=$2; shift 2 ;;
-    --average-args) average_args=$2; shift 2 ;;
-    --decodings) decodings=$2; shift 2 ;;
-    --beam) beam=$2; shift 2 ;;
-    --device) device=$2; shift 2 ;;
-    --pocketsphinx) pocketsphinx=$2; shift 2 ;;
-    --lm) lm=$2; shift 2 ;;
-    --lm-args) lm_args=$2; shift 2 ;;
-    --lm-weight) lm_weight=$2; shift 2 ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
+options=(  # option kind (see parse_options in recipes/common/stages.sh)
+  --stage stage --stop-stage stage --size "tiny|small|large" --hours positive --seed whole --nj count
+  --non-free flag --data dir --exp dir --config file --vocab-size count --num-avg count --train-args args
+  --average-args args --decodings fusion-modes --beam count --device "cpu|cuda" --pocketsphinx bool --lm bool
+  --lm-args args --lm-weight number
+)
+parse_options "$@"
 
-cd "$(dirname "$0")/../.."  # paths (conf/, data/, exp/) are relative to the repository root
+if [ -z "$decodings" ]; then
+  decodings="ctc_greedy joint"
+  if $lm; then decodings="$decodings joint+lm"; fi
+fi
+
+cd "$repo_root"  # the default paths (conf/, data/, exp/) are relative to the repository root
 find_srupp  # srupp-asr from PATH, else the one `make` installed in .venv (and $py, the Python beside it)
 
 if [ -z "$config" ]; then
@@ -89,8 +75,8 @@ if [ -z "$config" ]; then
 fi
 corpus=$data/corpus
 manifests=$corpus/manifests
-free_flag=""
-$non_free && free_flag="--non-free"
+free_flag=()
+if $non_free; then free_flag=(--non-free); fi
 
 if runs 0; then
   packages=$(awk '!/^#/ && NF { print $2 }' recipes/synth_en/local/packages.txt)
@@ -120,11 +106,10 @@ if runs 0; then
 fi
 
 if runs 1; then
-  amount="--size $size"
-  [ -n "$hours" ] && amount="--hours $hours"
-  log 1 "synthesising the corpus ($amount) into $corpus (seed $seed, $nj jobs; a rerun completes it)"
-  # shellcheck disable=SC2086  # amount and free_flag are word lists
-  srupp synth-corpus "$corpus" $amount --seed "$seed" --jobs "$nj" $free_flag
+  amount=(--size "$size")
+  if [ -n "$hours" ]; then amount=(--hours "$hours"); fi
+  log 1 "synthesising the corpus (${amount[*]}) into $corpus (seed $seed, $nj jobs; a rerun completes it)"
+  srupp synth-corpus "$corpus" "${amount[@]}" --seed "$seed" --jobs "$nj" "${free_flag[@]}"
   log 1 "wrote $manifests/{train,dev,test_seen,test_unseen}_cuts.jsonl.gz"
 fi
 
@@ -140,41 +125,39 @@ if runs 3; then
     log 3 "$exp/lm exists, skipping"
   else
     case "$size" in  # the LM's share of the time budget: minutes of CPU, not epochs
-      tiny) lm_size="--d-model 64 --num-layers 1 --attn-dim 32 --num-heads 2 --max-epochs 2" ;;
-      small) lm_size="--d-model 256 --num-layers 3 --attn-dim 128 --num-heads 4 --max-time 5" ;;
-      *) lm_size="--d-model 512 --num-layers 4 --attn-dim 256 --num-heads 4 --max-epochs 20" ;;
+      tiny) lm_size=(--d-model 64 --num-layers 1 --attn-dim 32 --num-heads 2 --max-epochs 2) ;;
+      small) lm_size=(--d-model 256 --num-layers 3 --attn-dim 128 --num-heads 4 --max-time 5) ;;
+      *) lm_size=(--d-model 512 --num-layers 4 --attn-dim 256 --num-heads 4 --max-epochs 20) ;;
     esac
-    resume=""
-    [ -f "$exp/lm.train.pt" ] && resume="--resume"
-    # shellcheck disable=SC2086  # lm_size, lm_args and resume are word lists
+    split_words extra "$lm_args"
+    if [ -f "$exp/lm.train.pt" ]; then extra+=(--resume); fi
     srupp train-lm --tokenizer "$data/tokenizer.model" --train-text "$corpus/text/lm_train.txt" \
       --valid-cuts "$manifests/dev_cuts.jsonl.gz" --out-dir "$exp/lm" --device "$device" \
-      --batch-tokens 6000 --lr 0.003 --warmup-steps 300 $lm_size $lm_args $resume
+      --batch-tokens 6000 --lr 0.003 --warmup-steps 300 "${lm_size[@]}" "${extra[@]}"
     log 3 "wrote the language model $exp/lm"
   fi
 fi
 
 if runs 4; then
-  # shellcheck disable=SC2086  # train_args is a word list
+  split_words extra "$train_args"
   stage_train 4 "$config" "$manifests/train_cuts.jsonl.gz" "$manifests/dev_cuts.jsonl.gz" "$data/tokenizer.model" \
-    "$data/cmvn.json" "$exp" --data.audio_roots "[\"$corpus\"]" $train_args
+    "$data/cmvn.json" "$exp" --data.audio_roots "$(json_path_list "$corpus")" "${extra[@]}"
 fi
 
 if runs 5; then
-  # shellcheck disable=SC2086  # average_args is a word list
-  stage_average 5 "$exp" "$num_avg" $average_args
+  split_words extra "$average_args"
+  stage_average 5 "$exp" "$num_avg" "${extra[@]}"
 fi
 
 if runs 6; then
   for set in $test_sets; do
     for system in $decodings; do
       mode=${system%+lm}
-      fusion=""
-      [ "$mode" != "$system" ] && fusion="--lm $exp/lm --lm-weight $lm_weight"
-      # shellcheck disable=SC2086  # fusion is a word list
+      fusion=()
+      if [ "$mode" != "$system" ]; then fusion=(--lm "$exp/lm" --lm-weight "$lm_weight"); fi
       evaluate_into 6 "$exp/decode_${system}/$set" "results.md, report.html, hyp.trn" --model "$exp/model" \
         --cuts "$manifests/${set}_cuts.jsonl.gz" --decoding "$mode" --beam "$beam" --device "$device" \
-        --name "$set" $fusion
+        --name "$set" "${fusion[@]}"
     done
     if $pocketsphinx; then
       out=$exp/decode_pocketsphinx/$set
@@ -196,6 +179,6 @@ if runs 7; then
         --name "$set" --out-dir "$out"
     done
   fi
-  # shellcheck disable=SC2086  # test_sets is a word list
-  stage_summary 7 "$exp" "synth_en results ($exp)" --sets $test_sets
+  split_words sets "$test_sets"
+  stage_summary 7 "$exp" "synth_en results ($exp)" --sets "${sets[@]}"
 fi

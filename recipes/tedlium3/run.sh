@@ -46,7 +46,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/../common/stages.sh"  # usage, log, runs,
 stage=0
 stop_stage=10
 corpus_dir=""
-corpus_given=false
 download_dir=data/downloads
 data=""
 exp=""
@@ -75,52 +74,26 @@ longform_decodings="ctc_greedy ctc_prefix_beam"
 longform_max_seconds=1800
 device=auto
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --stage) stage=$2; shift 2 ;;
-    --stop-stage) stop_stage=$2; shift 2 ;;
-    --corpus-dir) corpus_dir=$2; corpus_given=true; shift 2 ;;
-    --download-dir) download_dir=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
-    --exp) exp=$2; shift 2 ;;
-    --encoder) encoder=$2; shift 2 ;;
-    --config) config=$2; shift 2 ;;
-    --decode-config) decode_config=$2; shift 2 ;;
-    --nj) nj=$2; shift 2 ;;
-    --vocab-size) vocab_size=$2; shift 2 ;;
-    --token-type) token_type=$2; shift 2 ;;
-    --speed-perturb) speed_perturb=$2; shift 2 ;;
-    --cmvn-max-cuts) cmvn_max_cuts=$2; shift 2 ;;
-    --devices) devices=$2; shift 2 ;;
-    --num-nodes) num_nodes=$2; shift 2 ;;
-    --train-args) train_args=$2; shift 2 ;;
-    --num-avg) num_avg=$2; shift 2 ;;
-    --use-lm) use_lm=$2; shift 2 ;;
-    --lm-text) lm_text=$2; shift 2 ;;
-    --lm-args) lm_args=$2; shift 2 ;;
-    --decodings) decodings=$2; shift 2 ;;
-    --beam) beam=$2; shift 2 ;;
-    --ctc-weight) ctc_weight=$2; shift 2 ;;
-    --lm-weight) lm_weight=$2; shift 2 ;;
-    --test-sets) test_sets=$2; shift 2 ;;
-    --longform-sets) longform_sets=$2; shift 2 ;;
-    --longform-decodings) longform_decodings=$2; shift 2 ;;
-    --longform-max-seconds) longform_max_seconds=$2; shift 2 ;;
-    --device) device=$2; shift 2 ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
+options=(  # option kind (see parse_options in recipes/common/stages.sh)
+  --stage stage --stop-stage stage --corpus-dir dir --download-dir dir --data dir --exp dir
+  --encoder "srupp|conformer" --config file --decode-config file --nj count --vocab-size count
+  --token-type "unigram|bpe|char" --speed-perturb bool --cmvn-max-cuts whole --devices text --num-nodes count
+  --train-args args --num-avg count --use-lm bool --lm-text files --lm-args args --decodings modes --beam count
+  --ctc-weight fraction --lm-weight number --test-sets words --longform-sets words --longform-decodings modes
+  --longform-max-seconds positive --device "cpu|cuda|auto"
+)
+parse_options "$@"
 
-cd "$(dirname "$0")/../.."  # paths (conf/, data/, exp/) are relative to the repository root
-[ -f "$decode_config" ] || { echo "run.sh: $decode_config: decode config not found" >&2; exit 2; }
+cd "$repo_root"  # the default paths (conf/, data/, exp/) are relative to the repository root
+[ -f "$decode_config" ] || die "$decode_config: decode config not found"
 find_srupp  # srupp-asr from PATH, else the one `make` installed in .venv
 
-check_corpus_options "$speed_perturb" "$use_lm" "$encoder"
 config=${config:-conf/train_$encoder.yaml}
 data=${data:-data/tedlium3}
 exp=${exp:-exp/tedlium3_$encoder}
 manifests=$data/manifests
+corpus_given=false
+[ -z "$corpus_dir" ] || corpus_given=true
 [ -n "$corpus_dir" ] || corpus_dir=$download_dir/TEDLIUM_release-3
 if ! command -v sph2pipe >/dev/null 2>&1 && [ -z "${LHOTSE_AUDIO_BACKEND:-}" ]; then
   export LHOTSE_AUDIO_BACKEND=LibsndfileBackend  # lhotse's .sph reader is the sph2pipe program
@@ -153,8 +126,8 @@ if runs 9; then
         log 9 "$out/results.json exists, skipping"
         continue
       fi
-      # shellcheck disable=SC2046  # decode_options prints a word list
-      srupp transcribe "$corpus_dir/legacy/$set/sph/"*.sph --model "$exp/model" $(decode_options "$mode") \
+      decode_options "$mode"
+      srupp transcribe "$corpus_dir/legacy/$set/sph/"*.sph --model "$exp/model" "${decode_args[@]}" \
         --device "$device" --max-chunk-seconds "$longform_max_seconds" -f json -o "$out/transcripts" -q
       srupp corpus score-talks "$manifests/${set}_talks_cuts.jsonl.gz" "$out/transcripts" --out-dir "$out" \
         --name "${set}_talks"
@@ -164,7 +137,7 @@ if runs 9; then
 fi
 
 if runs 10; then
-  talk_sets=$(for s in $longform_sets; do echo "${s}_talks"; done)
-  # shellcheck disable=SC2086  # test_sets and talk_sets are word lists
-  stage_summary 10 "$exp" "TED-LIUM 3 results ($exp, $config)" --quiet --sets $test_sets $talk_sets
+  split_words sets "$test_sets"
+  for s in $longform_sets; do sets+=("${s}_talks"); done
+  stage_summary 10 "$exp" "TED-LIUM 3 results ($exp, $config)" --quiet --sets "${sets[@]}"
 fi
