@@ -19,6 +19,7 @@ import contextlib
 import io
 import os
 import pickle
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ def load_checkpoint(
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: checkpoint not found")
+    if path.stat().st_size == 0:
+        raise UserError(f"{path}: empty file (0 bytes), not a checkpoint")
+    if mmap and not zipfile.is_zipfile(path):  # what torch would say in words about mmap
+        raise UserError(f"{path}: not a readable PyTorch checkpoint (not a zip archive: truncated or corrupt?)")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:

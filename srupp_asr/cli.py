@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 from srupp_asr import __version__
 from srupp_asr.errors import UserError, first_line
+from srupp_asr.interrupts import EXIT_STATUS as TERMINATED_STATUS
+from srupp_asr.interrupts import Terminated, sigterm_raises
 
 # command -> (module with its add_parser, one-line help shown by `srupp-asr --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -98,12 +100,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(command: str, fn) -> int:
     """Run a command; user errors (2) and operating-system errors (1: a folder that cannot be written, a full
-    disk, ...) become one line on stderr. ``SRUPP_TRACEBACK=1`` re-raises the latter, for debugging."""
+    disk, ...) become one line on stderr. ``SRUPP_TRACEBACK=1`` re-raises the latter, for debugging. Ctrl-C (130)
+    and SIGTERM (143) stop it with one line, after its ``finally`` blocks have removed temporary files."""
     try:
-        return int(fn() or 0)
+        with sigterm_raises():
+            return int(fn() or 0)
     except UserError as err:
         print(f"srupp-asr {command}: error: {err}", file=sys.stderr)
         return 2
+    except Terminated as err:
+        print(f"srupp-asr {command}: {first_line(err)}", file=sys.stderr)
+        return TERMINATED_STATUS
     except KeyboardInterrupt:  # Ctrl-C: outputs are written atomically, so stop with one line, as shells expect
         print(f"srupp-asr {command}: interrupted", file=sys.stderr)
         return 130

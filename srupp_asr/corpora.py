@@ -22,7 +22,9 @@ recipes (``recipes/<corpus>/run.sh``) need on top, as functions callable from Py
 - :func:`speed_perturbed`: the training set at speeds 0.9, 1.0 and 1.1 (ESPnet's three copies), lazily: lhotse
   resamples when a cut is loaded, no audio is written;
 - :func:`score_talks`: score whole-talk transcripts (``srupp-asr transcribe`` JSON) against the talks' STM
-  references, leaving out the words said where the STM says not to score, as sclite does with an STM.
+  references, leaving out the words said where the STM says not to score, as sclite does with an STM. A talk
+  without a transcript is scored as all deletions and named on stderr, and the command exits 1; a missing
+  transcripts folder, or one without a transcript of any talk, is an error (exit 2).
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ import argparse
 import http.client
 import json
 import logging
+import math
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -285,13 +289,26 @@ def prepare_aishell1(corpus_dir: str | os.PathLike) -> dict[str, CutSet]:
 # ---- speed perturbation -----------------------------------------------------------------------------------------
 
 
+def check_speed_factors(factors: Sequence[float], name: str = "--factors") -> None:
+    """Raise a UserError naming ``name`` unless the speeds are finite, positive and distinct (a speed given twice
+    would give two cuts of one id)."""
+    if not factors:
+        raise UserError(f"{name}: no speed given")
+    for factor in factors:
+        if not (math.isfinite(factor) and factor > 0):
+            raise UserError(f"{name}: speeds must be finite and positive, got {factor}")
+    twice = sorted({f for f in factors if list(factors).count(f) > 1})
+    if twice:
+        raise UserError(f"{name}: speed {twice[0]} given twice (its copies would share their cut ids)")
+
+
 def speed_perturbed(cuts: Iterable[Cut], factors: Sequence[float] = SPEED_FACTORS) -> Iterator[Cut]:
     """Each cut at each speed ``factor`` in turn (1.0: the cut itself; others get the id suffix ``_sp<factor>``).
 
     Lazy: lhotse resamples the audio when a perturbed cut is loaded. Interleaved (not one copy after another),
-    so the first N cuts (``srupp-asr cmvn --max-cuts``) see every speed."""
-    if not factors or any(f <= 0 for f in factors):
-        raise UserError(f"speed perturbation: factors must be positive, got {list(factors)}")
+    so the first N cuts (``srupp-asr cmvn --max-cuts``) see every speed. The factors must be finite, positive
+    and distinct (:func:`check_speed_factors`)."""
+    check_speed_factors(factors, "speed perturbation: factors")
     for cut in cuts:
         for factor in factors:
             yield cut if factor == 1.0 else cut.perturb_speed(factor, affix_id=True)
@@ -324,31 +341,70 @@ def scored_hypothesis(transcript: dict, cut: Cut) -> str:
     return " ".join(kept)
 
 
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    more = f" ... (+{len(names) - shown} more)" if len(names) > shown else ""
+    return " ".join(names[:shown]) + more
+
+
 def score_talks(
-    talks: str | os.PathLike, transcripts_dir: str | os.PathLike, out_dir: str | os.PathLike, name: str | None = None
+    talks: str | os.PathLike,
+    transcripts_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    name: str | None = None,
+    missing: list[str] | None = None,
 ):
     """Score ``transcripts_dir/<talk>.json`` (``srupp-asr transcribe -f json`` of each talk's whole recording)
     against the talk cuts of ``talks`` (:func:`tedlium_talks`); writes the report (and ``ref.jsonl`` /
-    ``hyp.jsonl``) into ``out_dir``. A talk without a transcript counts as an empty hypothesis (with a warning)."""
+    ``hyp.jsonl``) into ``out_dir``.
+
+    A talk without a transcript is scored as an empty hypothesis (all deletions), the report says how many, and
+    the transcript file names it lacks go to ``missing`` (a warning in the log when ``missing`` is None). A
+    missing folder, or one with no transcript of any talk, is a UserError (nothing is written)."""
     from srupp_asr.data import cut_text, load_cuts
+    from srupp_asr.fileio import read_text
     from srupp_asr.scoring.analysis import score_transcripts
     from srupp_asr.scoring.formats import Transcript, write_jsonl
     from srupp_asr.scoring.report import ReportInfo, write_report
 
     transcripts_dir = Path(transcripts_dir)
-    refs, hyps = [], []
+    if not transcripts_dir.exists():
+        raise UserError(f"{transcripts_dir}: transcripts folder not found")
+    if not transcripts_dir.is_dir():
+        raise UserError(f"{transcripts_dir}: not a folder (the transcripts folder of srupp-asr transcribe -f json)")
+    refs, hyps, absent = [], [], []
     for cut in load_cuts(talks, allow_command_sources=True):  # texts only: no audio is read
         refs.append(Transcript(cut.id, cut_text(cut), cut.recording_id))
         path = transcripts_dir / f"{cut.recording_id}.json"
-        if path.is_file():
-            try:
-                transcript = json.loads(path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise UserError(f"{path}: not a transcribe JSON transcript ({err})") from None
-            hyps.append(Transcript(cut.id, scored_hypothesis(transcript, cut), cut.recording_id))
+        if not path.is_file():
+            absent.append(path.name)
+            continue
+        try:
+            transcript = json.loads(read_text(path, "transcript"))
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path}: not a transcribe JSON transcript ({err.msg} at line {err.lineno})") from None
+        try:
+            hypothesis = scored_hypothesis(transcript, cut)
+        except (AttributeError, KeyError, TypeError):
+            expected = "segments with start, end and text, words with word, start and end"
+            raise UserError(f"{path}: not a transcribe JSON transcript (expected {expected})") from None
+        hyps.append(Transcript(cut.id, hypothesis, cut.recording_id))
+    if not refs:
+        raise UserError(f"{talks}: no talks to score")
+    if not hyps:
+        raise UserError(
+            f"{transcripts_dir}: no transcript of any of the {len(refs)} talks of {talks}"
+            f" (expected {transcripts_dir / absent[0]}, ...: srupp-asr transcribe -f json)"
+        )
+    if missing is not None:
+        missing += absent
+    elif absent:
+        log.warning("%s: no transcript for %d of %d talks: %s", transcripts_dir, len(absent), len(refs), _some(absent))
     out = Path(out_dir)
     result = score_transcripts(refs, hyps)
-    info = ReportInfo(name or Path(talks).name.split(".")[0], str(talks), str(out / "hyp.jsonl"), True)
+    details = {}
+    if absent:
+        details["missing transcripts"] = f"{len(absent)} of {len(refs)} talks (scored as all deletions)"
+    info = ReportInfo(name or Path(talks).name.split(".")[0], str(talks), str(out / "hyp.jsonl"), True, details)
     write_report(result, out, info)  # first: it checks the folder before writing
     write_jsonl(out / "ref.jsonl", refs)
     write_jsonl(out / "hyp.jsonl", hyps)
@@ -376,9 +432,20 @@ def _prepare_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether ``a`` and ``b`` name one file (through links or other spellings); False when either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def _speed_perturb_command(args: argparse.Namespace) -> int:
     from srupp_asr.data import load_cuts, save_cuts
 
+    check_speed_factors(args.factors)
+    if _same_file(args.cuts, args.out):
+        raise UserError(f"{args.out}: is the input manifest {args.cuts}; write the perturbed cuts to another file")
     # no audio is read: the perturbation is recorded in the cuts (and checked again where they are used)
     save_cuts(speed_perturbed(load_cuts(args.cuts, lazy=True, allow_command_sources=True), args.factors), args.out)
     print(f"wrote {args.out} (speeds {' '.join(str(f) for f in args.factors)})")
@@ -386,10 +453,22 @@ def _speed_perturb_command(args: argparse.Namespace) -> int:
 
 
 def _score_talks_command(args: argparse.Namespace) -> int:
+    from srupp_asr.scoring.report import summary_line
     from srupp_asr.scoring.score import print_summary
 
     name = args.name or Path(args.talks).name.split(".")[0]
-    result = score_talks(args.talks, args.transcripts, args.out_dir, name)
+    missing: list[str] = []
+    result = score_talks(args.talks, args.transcripts, args.out_dir, name, missing=missing)
+    if missing:  # loud, not a quiet warning: a recipe must not take this WER for the model's
+        talks = len(result.utterances)
+        print(
+            f"srupp-asr corpus: error: {args.transcripts}: no transcript for {len(missing)} of {talks} talks,"
+            f" scored as all deletions: {_some(missing)}",
+            file=sys.stderr,
+        )
+        print(summary_line(result, name))  # print_summary's warning would say the same again
+        print(f"report: {Path(args.out_dir) / 'report.html'}", file=sys.stderr)
+        return 1
     print_summary(result, name, args.out_dir, args.transcripts)
     return 0
 

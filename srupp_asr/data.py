@@ -290,11 +290,17 @@ class ResumableSampler(torch.utils.data.Sampler):
         self.sampler = sampler
         self.epoch_fn = epoch_fn
         self._skip: tuple[int, int] | None = None  # (epoch, batches to skip)
+        self._iterating: int | None = None  # the epoch of the iteration under way (set_epoch may change the next)
 
     @property
     def epoch(self) -> int:
         """The epoch the wrapped sampler shuffles for."""
         return self.sampler.epoch
+
+    @property
+    def iterating_epoch(self) -> int:
+        """The epoch of the iteration under way (or the last one); :attr:`epoch` when none has started."""
+        return self.epoch if self._iterating is None else self._iterating
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (its shuffling order) of the next iteration."""
@@ -309,11 +315,12 @@ class ResumableSampler(torch.utils.data.Sampler):
         if self.epoch_fn is not None:
             self.set_epoch(self.epoch_fn())
         batches = iter(self.sampler)
+        self._iterating = current = self.epoch
         index = 0
         if self._skip is not None:
             epoch, n = self._skip
             self._skip = None
-            if epoch == self.epoch and n > 0:
+            if epoch == current and n > 0:
                 log.info("resuming epoch %d after %d batches", epoch, n)
                 for _ in range(n):
                     if next(batches, None) is None:
@@ -321,7 +328,7 @@ class ResumableSampler(torch.utils.data.Sampler):
                 index = n
         # Not ``yield from``: a lhotse sampler is its own iterator and calling iter() on it again restarts it.
         while (batch := next(batches, None)) is not None:
-            yield SeededBatch(batch, batch_seed(self.sampler.seed, self.sampler.rank, self.epoch, index))
+            yield SeededBatch(batch, batch_seed(self.sampler.seed, self.sampler.rank, current, index))
             index += 1
 
 
@@ -455,9 +462,11 @@ class ASRDataModule(L.LightningDataModule):
         return {"world_size": trainer.world_size, "rank": trainer.global_rank}
 
     def _trainer_epoch(self) -> int:
-        # The epoch Lightning passes to ``set_epoch``; read directly because the first iterator after a resume
-        # is created before Lightning calls ``set_epoch``.
-        return self.trainer.fit_loop.epoch_progress.current.processed
+        # The epoch Lightning is in (``trainer.current_epoch``), read when an iteration starts. Not the count
+        # Lightning passes to ``set_epoch``: that one is ahead after a resume from a checkpoint written at a
+        # ``max_steps``/``max_time`` stop in mid-epoch (the epoch was counted as processed, not completed), and the
+        # resumed run would draw the next epoch's batches for the rest of this one.
+        return self.trainer.fit_loop.epoch_progress.current.completed
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         """Shuffled, duration-bucketed, augmented training batches."""
@@ -531,8 +540,10 @@ class ASRDataModule(L.LightningDataModule):
         trainer = self.trainer
         if trainer is None or self._train_sampler is None:
             return {}
+        # The epoch being iterated, not the trainer's count: Lightning counts an epoch as processed before its
+        # end-of-epoch checkpoints (and those of a ``max_steps``/``max_time`` stop in mid-epoch) are written.
         return {
-            "epoch": self._trainer_epoch(),
+            "epoch": self._train_sampler.iterating_epoch,
             "batches_done": trainer.fit_loop.epoch_loop.batch_progress.current.processed,
         }
 

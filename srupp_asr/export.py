@@ -43,7 +43,7 @@ import yaml
 from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.checkpoints import load_checkpoint
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import atomic_output, atomic_write_text, read_text, read_yaml_mapping
+from srupp_asr.fileio import atomic_output, atomic_write_text, make_temp_dir, read_text, read_yaml_mapping
 from srupp_asr.model import ASRModel
 from srupp_asr.tokenizer import Tokenizer
 
@@ -136,6 +136,20 @@ class _Recorded:
         return ScoredCheckpoint(self.path, self.step, score, is_last)
 
 
+def _check_distinct(paths: Sequence[Path]) -> None:
+    """Raise a UserError naming the second of two paths to one file (a checkpoint given twice would count double)."""
+    seen: dict[tuple[int, int], Path] = {}
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue  # a missing file: loading it says so
+        first = seen.setdefault((stat.st_dev, stat.st_ino), path)
+        if first is not path:
+            same = "given twice" if first == path else f"the same file as {first}"
+            raise UserError(f"{path}: {same}; each checkpoint is averaged once")
+
+
 def _read_record(path: Path) -> _Recorded:
     ckpt = load_checkpoint(path)
     return _Recorded(path, int(ckpt.get("global_step", -1)), _monitor_states(ckpt))
@@ -197,8 +211,9 @@ def _select_from_dir(folder: Path, num: int, metric: str | None, mode: str | Non
         raise UserError(f"{folder}: checkpoint directory not found")
     records, seen = [], set()
     for path in sorted(p for p in folder.glob("*.ckpt") if p.is_file()):
-        if path.resolve() not in seen:  # a last.ckpt that links to a top-k file is that file
-            seen.add(path.resolve())
+        stat = path.stat()
+        if (stat.st_dev, stat.st_ino) not in seen:  # a last.ckpt that links to a top-k file is that file
+            seen.add((stat.st_dev, stat.st_ino))
             records.append(_read_record(path))
     if not records:
         raise UserError(f"{folder}: no checkpoints (*.ckpt) found")
@@ -223,6 +238,7 @@ def _select_from_dir(folder: Path, num: int, metric: str | None, mode: str | Non
 def _select_from_list(paths: list[Path], num: int | None, metric: str | None, mode: str | None) -> Selection:
     if not paths:
         raise UserError("no checkpoints given")
+    _check_distinct(paths)
     records = [_read_record(p) for p in paths]
     rank = num is not None and num < len(paths)
     try:
@@ -277,6 +293,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.T
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError("no checkpoints to average")
+    _check_distinct(paths)
     sums: dict[str, torch.Tensor] = {}
     kept: dict[str, torch.Tensor] = {}  # CMVN and integer buffers: not averaged
     first: dict[str, torch.Tensor] = {}
@@ -392,13 +409,6 @@ def check_replaceable(out_dir: str | os.PathLike) -> None:
         raise UserError(f"{out_dir}: exists and is not a srupp-asr model directory; refusing to replace it")
 
 
-def _new_sibling_dir(path: Path, tag: str) -> Path:
-    """A new empty directory beside ``path``, hidden, with the umask's permissions (mkdtemp's are 0700)."""
-    new = path.with_name(f".{path.name}.{uuid.uuid4().hex}.{tag}")
-    new.mkdir()
-    return new
-
-
 def export_model(
     state_dict: Mapping[str, torch.Tensor],
     model_config: Mapping[str, Any],
@@ -457,7 +467,7 @@ def write_model_dir(
     check_replaceable(out_dir)
     shards = _pack_shards(weights, max_shard_bytes, out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _new_sibling_dir(out_dir, "tmp")
+    tmp = make_temp_dir(out_dir)  # what a killed export left beside it is removed first
     try:
         atomic_write_text(tmp / CONFIG_FILE, yaml.safe_dump(dict(config), sort_keys=False))
         _write_weights(tmp, shards)

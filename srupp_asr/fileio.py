@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
+import socket
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +16,72 @@ from typing import Any
 from srupp_asr.errors import UserError
 
 MAX_TEMP_FORMAT_SUFFIX = 32  # bytes of a name's format suffix kept in its temporary name (``.jsonl.gz``: 9)
+# Temporary files and folders are named ``.<host>-<pid>-<random>...``: the writer is known, so a later run can
+# remove what a writer that was killed (``kill -9``, power loss) left behind, and nothing a live writer holds.
+_TEMP_NAME = re.compile(r"^\.([0-9a-f]{6})-(\d+)-")
+_swept: set[str] = set()  # folders whose leftovers this process has removed already
+
+
+def _host_tag() -> str:
+    return hashlib.blake2s(socket.gethostname().encode(), digest_size=3).hexdigest()
+
+
+def temp_prefix() -> str:
+    """The start of this process's temporary names: ``.`` + a tag of the host name + ``-<pid>-``."""
+    return f".{_host_tag()}-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_temps(folder: str | os.PathLike, force: bool = False) -> list[Path]:
+    """Delete the temporary files and folders that writers on this host, now dead, left in ``folder`` (a write
+    killed with ``kill -9``); returns what was removed. Each folder is swept once per process unless ``force``."""
+    import shutil
+
+    folder = Path(folder)
+    key = os.path.abspath(folder)
+    if key in _swept and not force:
+        return []
+    _swept.add(key)
+    host, removed = _host_tag(), []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        match = _TEMP_NAME.match(entry.name)
+        if not match or match[1] != host or _alive(int(match[2])):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_uid != os.getuid():
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:  # gone already, or not ours to remove
+            continue
+        removed.append(Path(entry.path))
+    return removed
+
+
+def make_temp_dir(path: str | os.PathLike, tag: str = "tmp") -> Path:
+    """A new empty hidden folder beside ``path`` (named like every temporary here, see :func:`remove_stale_temps`),
+    with the umask's permissions (mkdtemp's are 0700)."""
+    path = Path(path)
+    remove_stale_temps(path.parent)
+    new = Path(tempfile.mkdtemp(dir=path.parent, prefix=temp_prefix(), suffix=f".{tag}"))
+    os.chmod(new, 0o777 & ~_umask())
+    return new
 
 
 def _umask() -> int:
@@ -32,12 +102,14 @@ def atomic_output(path: str | os.PathLike, temp_suffix: str | None = None) -> It
     """Yield a temporary path beside ``path`` (same suffixes, so writers pick the right format, unless
     ``temp_suffix`` is given); when the block succeeds it replaces ``path`` atomically, otherwise it is removed.
 
-    The temporary file is hidden and short (``.`` + 8 random characters + the suffix), not derived from ``path``'s
-    name: any name the file system allows (up to 255 bytes) can be written."""
+    The temporary file is hidden and short (:func:`temp_prefix` + 8 random characters + the suffix), not derived
+    from ``path``'s name: any name the file system allows (up to 255 bytes) can be written. What killed writers
+    left in the folder is removed first (:func:`remove_stale_temps`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path.parent)
     suffix = _temp_suffix(path) if temp_suffix is None else temp_suffix
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=suffix)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(), suffix=suffix)
     os.close(fd)
     try:
         yield Path(tmp)

@@ -20,7 +20,11 @@ Added to what LightningCLI offers:
 - checkpoints are written atomically and read with ``weights_only=True``
   (:class:`~srupp_asr.checkpoints.AtomicCheckpointIO`);
 - without a ``trainer.logger``, logs go to ``<trainer.default_root_dir>/csv`` (CSVLogger) and, when tensorboard
-  is installed, ``<trainer.default_root_dir>/tensorboard``; the resolved config is saved beside them.
+  is installed, ``<trainer.default_root_dir>/tensorboard``; the resolved config is saved beside them;
+- ``fit`` holds a lock on ``<trainer.default_root_dir>/.train.lock``: a second ``fit`` into the same folder while
+  one runs is refused (their checkpoints would mix);
+- SIGTERM (``kill``, a scheduler's stop) ends training after the current step: :class:`StopCheckpoint` saves the
+  last checkpoint there and the command exits with status 143, so ``--ckpt_path last`` goes on from that step.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from srupp_asr.checks import ConfigValueError
 from srupp_asr.errors import UserError, first_line
 from srupp_asr.fileio import read_yaml_mapping
+from srupp_asr.interrupts import Terminated, defer_sigterm
 
 if TYPE_CHECKING:
     from lightning.pytorch.cli import LightningCLI
@@ -52,6 +57,9 @@ CHECKPOINT_DEFAULTS = {
     "checkpoint.save_last": True,
 }
 CKPT_PATH_NAMES = ("last", "best", "hpc")  # what Lightning resolves itself (and "registry[:...]")
+LOCK_FILE = ".train.lock"  # in default_root_dir, held by a running fit
+_held_locks: list[int] = []  # file descriptors of the locks this process holds (released when run_train returns)
+_stop_saved: dict[str, Any] = {}  # what StopCheckpoint saved at a SIGTERM stop: {"path": ..., "step": ...}
 
 
 def checkpoint_dir(default_root_dir: str | os.PathLike[str] | None) -> str:
@@ -117,6 +125,76 @@ def with_atomic_checkpoints(plugins: Any) -> list[Any]:
     return plugins
 
 
+def lock_run_dir(default_root_dir: str | os.PathLike[str] | None) -> None:
+    """Take ``<default_root_dir>/.train.lock`` for this process (rank 0 of a run; the other ranks share its
+    folder); a UserError naming the folder when another ``fit`` holds it. Released by :func:`release_run_dirs`
+    or when the process ends, however it ends."""
+    import fcntl
+
+    if any(os.environ.get(v, "0") != "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK")):
+        return
+    path = os.path.join(os.fspath(default_root_dir or "."), LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise UserError(
+            f"{default_root_dir or '.'}: another `srupp-asr train fit` (pid {holder}) is writing to this folder;"
+            " give this run its own trainer.default_root_dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held_locks.append(fd)
+
+
+def release_run_dirs() -> None:
+    """Release the run folder locks :func:`lock_run_dir` took."""
+    while _held_locks:
+        os.close(_held_locks.pop())
+
+
+@functools.cache
+def stop_checkpoint_class() -> type:
+    """The :class:`StopCheckpoint` callback class, defined on first use (registering ``train`` must not import
+    Lightning)."""
+    from lightning.pytorch import Callback
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    class StopCheckpoint(Callback):
+        """On SIGTERM, save the last checkpoint at the step where Lightning stopped (``last.ckpt`` of the run's
+        ModelCheckpoint), so ``--ckpt_path last`` resumes there; ``saved`` is its path (None: nothing saved)."""
+
+        def __init__(self) -> None:
+            self.saved: str | None = None
+            self.step: int | None = None
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            """From here on Lightning's handler stops training at the end of a step: do not raise at once."""
+            defer_sigterm(True)
+
+        def teardown(self, trainer, pl_module, stage: str) -> None:
+            defer_sigterm(False)
+
+        def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+            """Save ``last.ckpt`` when the exception is Lightning's SIGTERM stop."""
+            if not isinstance(exception, SIGTERMException):
+                return
+            checkpoint = trainer.checkpoint_callback
+            if not isinstance(checkpoint, ModelCheckpoint) or checkpoint.dirpath is None:
+                return
+            path = checkpoint.last_model_path or os.path.join(
+                checkpoint.dirpath, checkpoint.CHECKPOINT_NAME_LAST + checkpoint.FILE_EXTENSION
+            )
+            trainer.save_checkpoint(path)
+            checkpoint.last_model_path = path
+            _stop_saved.update(path=path, step=trainer.global_step)
+
+    return StopCheckpoint
+
+
 @functools.cache
 def asr_lightning_cli() -> type[LightningCLI]:
     """The ``ASRLightningCLI`` class, defined on first use: registering ``train`` must not import Lightning."""
@@ -154,12 +232,16 @@ def asr_lightning_cli() -> type[LightningCLI]:
             if config.get("logger") in (None, True) and "logger" not in kwargs:
                 kwargs["logger"] = default_loggers(config.get("default_root_dir"))
             kwargs["plugins"] = with_atomic_checkpoints(kwargs.get("plugins", config.get("plugins")))
+            if self.subcommand == "fit":
+                lock_run_dir(config.get("default_root_dir"))
             try:
-                return super().instantiate_trainer(**kwargs)
+                trainer = super().instantiate_trainer(**kwargs)
             except MisconfigurationException as err:  # Lightning's own check of a trainer option
                 name = re.search(r"`(\w+)`", str(err))
                 option = f"trainer.{name[1]}" if name else "trainer"
                 raise ConfigValueError(option, f"is refused: {first_line(err)}") from None
+            trainer.callbacks.append(stop_checkpoint_class()())
+            return trainer
 
         def _parse_ckpt_path(self) -> None:
             """Lightning's (it reads the checkpoint's hyperparameters into the config), after
@@ -225,6 +307,7 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
     configs = _config_paths(argv)
     for path in configs:
         check_config_file(path)
+    _stop_saved.clear()
     try:
         return asr_lightning_cli()(
             ASRLightningModule,
@@ -239,6 +322,26 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
         raise UserError(_one_line(str(err), argv, configs)) from None
     except ConfigValueError as err:  # a value a constructor (model, data module, trainer) refused
         raise UserError(f"{_source(err.option, argv, configs)}: {err}") from None
+    except SystemExit as err:
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        if isinstance(err, SIGTERMException):  # Lightning's stop after SIGTERM (a SystemExit that would exit 0)
+            raise Terminated(_stopped_message()) from None
+        if isinstance(err.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after Ctrl-C: the CLI's 130
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        release_run_dirs()
+
+
+def _stopped_message() -> str:
+    """What :class:`StopCheckpoint` did, for the one line the CLI prints at a SIGTERM stop."""
+    if not _stop_saved:
+        return "terminated (SIGTERM); no checkpoint saved at the stop"
+    return (
+        f"terminated (SIGTERM) after step {_stop_saved['step']}: saved {_stop_saved['path']};"
+        " resume with --ckpt_path last"
+    )
 
 
 def _one_line(message: str, argv: Sequence[str], configs: Sequence[str]) -> str:

@@ -181,7 +181,7 @@ def test_resumed_epoch_skips_the_batches_already_processed(corpus):
 
 
 def _fake_trainer(world_size, rank, use_distributed_sampler=False):
-    progress = SimpleNamespace(current=SimpleNamespace(processed=0))
+    progress = SimpleNamespace(current=SimpleNamespace(processed=0, completed=0))
     return SimpleNamespace(
         world_size=world_size,
         global_rank=rank,

@@ -351,3 +351,28 @@ def test_synth_en_without_the_lm_does_not_decode_with_it(tmp_path, stub):
     assert out.returncode == 0, out.stderr[-3000:]  # the old default decodings fused the LM it had not trained
     evaluate = [c for c in _calls(stub) if c[0] == "evaluate"]
     assert len(evaluate) == 4 and not any("--lm" in c for c in evaluate)
+
+
+EVALUATE_STUB = """#!/usr/bin/env bash
+{ printf '%s\\037' "$@"; printf '\\n'; } >>"$STUB_LOG"
+if [ "$1" = evaluate ]; then  # writes results.json, as evaluate does also when it exits 1 (cuts left out)
+  while [ $# -gt 0 ]; do if [ "$1" = --out-dir ]; then out=$2; fi; shift; done
+  mkdir -p "$out" && echo '{}' >"$out/results.json"
+  exit "$(cat "$STUB_LOG.rc")"
+fi
+"""
+
+
+def test_a_test_set_whose_scoring_failed_is_scored_again_by_a_rerun(stub, tmp_path):
+    """`evaluate` exits 1 (cuts whose audio did not load) after writing results.json: the recipe stops, and the
+    rerun must score that set again instead of taking the results.json as done."""
+    (stub.parent / "srupp-asr").write_text(EVALUATE_STUB)
+    args = ["--stage", "8", "--stop-stage", "8", "--exp", str(tmp_path / "exp"), "--data", str(tmp_path / "data")]
+    evaluated = []
+    for rc in (1, 0, 0):
+        Path(f"{stub}.rc").write_text(str(rc))
+        out = _run("librispeech", stub, *args)
+        assert out.returncode == rc, out.stderr[-2000:]
+        evaluated.append(sum(c[0] == "evaluate" for c in _calls(stub)))
+        stub.unlink(missing_ok=True)
+    assert evaluated == [1, 8, 0]  # stopped at the first set; all 8 (the failed one again); none: all scored

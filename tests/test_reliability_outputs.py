@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from srupp_asr.fileio import atomic_output, atomic_write_text
+from srupp_asr.fileio import atomic_output, atomic_write_text, temp_prefix
 from tests.test_export import tokenizer  # noqa: F401 (fixture)
 from tests.test_reliability_models import model_dir  # noqa: F401 (fixture)
 
@@ -63,7 +63,8 @@ def test_atomic_writes_take_any_name_the_file_system_allows(tmp_path, length):
 )
 def test_atomic_temporary_names_are_hidden_short_and_keep_the_format_suffix(tmp_path, name, suffix):
     with atomic_output(tmp_path / name) as tmp:
-        assert tmp.parent == tmp_path and tmp.name.startswith(".") and tmp.name.endswith(suffix)
-        assert len(tmp.name) <= 1 + 8 + len(suffix)  # "." + mkstemp's 8 random characters + the suffix
+        assert tmp.parent == tmp_path and tmp.name.startswith(temp_prefix()) and tmp.name.endswith(suffix)
+        assert temp_prefix().startswith(".") and len(temp_prefix()) <= 1 + 6 + 1 + 7 + 1  # ".host-pid-"
+        assert len(tmp.name) == len(temp_prefix()) + 8 + len(suffix)  # + mkstemp's 8 random characters + the suffix
         tmp.write_bytes(b"data")
     assert [p.name for p in tmp_path.iterdir()] == [name]

@@ -251,17 +251,26 @@ stage_average() {
   log "$n" "wrote the model directory $exp/model"
 }
 
+# scored STAGE OUT: true (and a log line) when the scoring into OUT finished without a fault in an earlier run:
+# OUT/.scored is written only after the scoring command exits 0 (one that left cuts or talks out exits 1 and
+# still writes results.json, which must not make a rerun skip it).
+scored() {
+  if [ -f "$2/.scored" ] && [ -f "$2/results.json" ]; then
+    log "$1" "$2/results.json exists, skipping"
+    return 0
+  fi
+  return 1
+}
+
 # evaluate_into STAGE OUT WROTE [OPTION ...]: decode and score a test set with `srupp-asr evaluate OPTION ...
-# --out-dir OUT` (the OPTIONs: --model, --cuts, --decoding, --name, ...), unless OUT/results.json is there already;
+# --out-dir OUT` (the OPTIONs: --model, --cuts, --decoding, --name, ...), unless an earlier run did (see scored);
 # WROTE lists the files written, for the log line.
 evaluate_into() {
   local n=$1 out=$2 wrote=$3
   shift 3
-  if [ -f "$out/results.json" ]; then
-    log "$n" "$out/results.json exists, skipping"
-    return 0
-  fi
+  if scored "$n" "$out"; then return 0; fi
   srupp evaluate "$@" --out-dir "$out"
+  mkdir -p "$out" && touch "$out/.scored"
   log "$n" "wrote $out ($wrote)"
 }
 

@@ -122,15 +122,13 @@ if runs 9; then
   for set in $longform_sets; do
     for mode in $longform_decodings; do
       out=$exp/decode_longform_$(system_name "$mode")/${set}_talks
-      if [ -f "$out/results.json" ]; then
-        log 9 "$out/results.json exists, skipping"
-        continue
-      fi
+      if scored 9 "$out"; then continue; fi
       decode_options "$mode"
       srupp transcribe "$corpus_dir/legacy/$set/sph/"*.sph --model "$exp/model" "${decode_args[@]}" \
         --device "$device" --max-chunk-seconds "$longform_max_seconds" -f json -o "$out/transcripts" -q
       srupp corpus score-talks "$manifests/${set}_talks_cuts.jsonl.gz" "$out/transcripts" --out-dir "$out" \
         --name "${set}_talks"
+      mkdir -p "$out" && touch "$out/.scored"
       log 9 "wrote $out (whole-talk transcripts in transcripts/, results.md, results.json, report.html)"
     done
   done

@@ -5,7 +5,8 @@ Per system and test set it reads ``EXP/decode_<system>/<set>/results.json``, as 
 ``longform_ctc_greedy``, ``pocketsphinx`` ...), and makes a row of the WER with its error types, the CER, the
 sentence error rate and the decoding real-time factor (from the report's details, else from a ``decode_info.json``
 beside it, as recipes/synth_en's pocketsphinx decoder writes). A system without a report for a set has no row
-for it; a report that cannot be read is an error naming the file::
+for it; a set that no system has a report for is named on stderr and the command exits 1 (the table of the others
+is still printed and written); a report that cannot be read is an error naming the file::
 
     srupp-asr summarize EXP --sets test_clean test_other [--out EXP/RESULTS.md] [--title TEXT] [--quiet]
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +85,23 @@ def table(exp: str | os.PathLike, sets: list[str]) -> str:
     return "".join(lines)
 
 
+def sets_without_results(exp: str | os.PathLike, sets: list[str]) -> list[str]:
+    """The test sets of ``sets`` that no system of ``exp`` has a ``decode_*/<set>/results.json`` for."""
+    systems = sorted(Path(exp).glob("decode_*"))
+    return [name for name in sets if not any((folder / name / "results.json").is_file() for folder in systems)]
+
+
 def summarize(
     exp: str | os.PathLike, sets: list[str], out: str | os.PathLike | None = None, title: str | None = None
 ) -> str:
     """The summary table of ``exp`` (see :func:`table`); with ``out``, also written there (atomically) under the
-    heading ``# <title>`` (default ``Results (<exp>)``). A UserError when ``exp`` is no folder or holds no report."""
+    heading ``# <title>`` (default ``Results (<exp>)``). A UserError when ``exp`` is no folder or holds no report,
+    or when a set is named twice; sets with no report are left out (:func:`sets_without_results` names them)."""
     if not Path(exp).is_dir():
         raise UserError(f"{exp}: experiment folder not found")
+    twice = next((name for k, name in enumerate(sets) if name in sets[:k]), None)
+    if twice is not None:
+        raise UserError(f"--sets: {twice} given twice")
     text = table(exp, sets)
     if text == HEADER:
         raise UserError(f"no results.json under {exp}/decode_*/{{{','.join(sets)}}}")
@@ -102,10 +114,19 @@ def summarize(
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``srupp-asr summarize`` from parsed arguments: print the table (unless --quiet), write it with --out."""
+    """Run ``srupp-asr summarize`` from parsed arguments: print the table (unless --quiet), write it with --out;
+    exit code 1 when some of the sets have no report (named on stderr)."""
     text = summarize(args.exp, args.sets, out=args.out, title=args.title)
     if not args.quiet:
         print(text, end="")
+    empty = sets_without_results(args.exp, args.sets)
+    if empty:
+        print(
+            f"srupp-asr summarize: error: no results.json under {args.exp}/decode_*/ for {len(empty)} of"
+            f" {len(args.sets)} test sets (left out of the table): {' '.join(empty)}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

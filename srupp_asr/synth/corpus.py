@@ -53,10 +53,10 @@ from tqdm import tqdm
 
 from srupp_asr.data import save_cuts
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_output, atomic_write_text
+from srupp_asr.fileio import atomic_output, atomic_write_text, read_text
 from srupp_asr.synth.augment import SAMPLE_RATE, Variation, apply_variation, draw_variation, variation_settings
 from srupp_asr.synth.splits import HELD_OUT_DONORS, SPLITS, VoiceSplit, describe_splits, split_voices
-from srupp_asr.synth.texts import Sentence, SourceReport, collect_sentences, filter_sentences
+from srupp_asr.synth.texts import MAX_WORDS, MIN_WORDS, Sentence, SourceReport, collect_sentences, filter_sentences
 from srupp_asr.synth.voices import VOICES, SynthError, Voice, synthesize, voice_problem, voice_table
 from srupp_asr.text import normalize_text
 
@@ -194,7 +194,10 @@ def _take(pool: list[tuple[Sentence, float]], seconds: float, what: str) -> tupl
         total += pool[n][1]
         n += 1
     if total < seconds or n == len(pool):
-        raise UserError(f"sentences: only {len(pool)} left, too few for the {what} and training sets of this size")
+        raise UserError(
+            f"sentences: only {len(pool)} left, too few for the {what} and training sets of this size"
+            " (give more sentences, or fewer --hours)"
+        )
     return pool[:n], pool[n:]
 
 
@@ -363,14 +366,33 @@ def _write_sentences(sentences: Sequence[Sentence], path: Path) -> None:
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
-def _sentence_pool(out_dir: Path, texts: Iterable[str] | None) -> tuple[list[Sentence], list[SourceReport]]:
+def given_sentences(
+    texts: Iterable[str], where: str | os.PathLike = "texts"
+) -> tuple[list[Sentence], list[SourceReport]]:
+    """The usable sentences of ``texts`` (one per item) with their report; none is a UserError naming ``where``
+    (the file they came from) and saying why each line was left out."""
+    lines = [" ".join(t.split()) for t in texts]
+    by_source: dict[str, SourceReport] = {}
+    sentences = filter_sentences((("user", line) for line in lines), by_source)
+    if not sentences:
+        written = [line for line in lines if line]
+        if not written:
+            why = "it holds no text"
+        else:
+            why_not: dict[str, SourceReport] = {}
+            filter_sentences((("user", line) for line in written), why_not)
+            dropped = sorted(why_not["user"].dropped.items(), key=lambda item: (-item[1], item[0]))
+            reasons = ", ".join(f"{count} {problem}" for problem, count in dropped)
+            why = f"of its {len(written)} lines: {reasons}; a sentence has {MIN_WORDS} to {MAX_WORDS} English words"
+        raise UserError(f"{where}: no usable sentence ({why})")
+    return sentences, list(by_source.values())
+
+
+def _sentence_pool(out_dir: Path) -> tuple[list[Sentence], list[SourceReport], bool]:
+    """The corpus folder's sentence pool (cached), else Debian's: (sentences, reports, whether to cache them)."""
     cache = out_dir / _SENTENCES
     reports: list[SourceReport] = []
-    if texts is not None:
-        by_source: dict[str, SourceReport] = {}
-        sentences = filter_sentences((("user", " ".join(t.split())) for t in texts), by_source)
-        reports = list(by_source.values())
-    elif cache.is_file():
+    if cache.is_file():
         sentences = _read_sentences(cache)
         log.info("%s: reusing %d sentences", cache, len(sentences))
         sources_file = out_dir / "text" / "sources.json"
@@ -378,17 +400,19 @@ def _sentence_pool(out_dir: Path, texts: Iterable[str] | None) -> tuple[list[Sen
             reports = [
                 SourceReport(**{**r, "packages": tuple(r["packages"])}) for r in json.loads(sources_file.read_text())
             ]
-        return sentences, reports
-    else:
-        sentences = collect_sentences(report=reports)
-        found = [f"{r.name} ({r.kept})" for r in reports if r.files]
-        missing = [f"{r.name} ({' or '.join(r.packages)})" for r in reports if not r.files]
-        log.info("text sources found: %s; not installed: %s", ", ".join(found) or "none", ", ".join(missing) or "none")
+        return sentences, reports, False
+    sentences = collect_sentences(report=reports)
+    found = [f"{r.name} ({r.kept})" for r in reports if r.files]
+    missing = [f"{r.name} ({' or '.join(r.packages)})" for r in reports if not r.files]
+    log.info("text sources found: %s; not installed: %s", ", ".join(found) or "none", ", ".join(missing) or "none")
     if not sentences:
         raise UserError("sentences: no usable sentence (install fortunes-min, wordnet-base or dict-gcide)")
-    _write_sentences(sentences, cache)
+    return sentences, reports, True
+
+
+def _save_sentence_pool(out_dir: Path, sentences: Sequence[Sentence], reports: Sequence[SourceReport]) -> None:
+    _write_sentences(sentences, out_dir / _SENTENCES)
     atomic_write_text(out_dir / "text" / "sources.json", json.dumps([r.__dict__ for r in reports], indent=2) + "\n")
-    return sentences, reports
 
 
 def _check_no_leaks(cuts: dict[str, list[MonoCut]]) -> dict[str, int]:
@@ -419,11 +443,14 @@ def build_corpus(
     max_utts: int | None = None,
     texts: Iterable[str] | None = None,
     progress: bool = True,
+    texts_from: str | os.PathLike | None = None,
 ) -> CorpusSummary:
     """Synthesise (or complete) the corpus in ``out_dir`` and write its manifests; see the module docstring.
 
     ``size`` picks the hours (tiny, small, large) unless ``hours`` is given; ``max_utts`` caps every split;
-    ``texts`` replaces the Debian text sources with these sentences (still verbalised and filtered).
+    ``texts`` replaces the Debian text sources with these sentences (still verbalised and filtered);
+    ``texts_from`` names where they came from in errors. Every problem found before synthesis starts (settings,
+    voices, too few sentences) is raised before ``out_dir`` is made.
     """
     started = time.monotonic()
     if size not in SIZES:
@@ -439,6 +466,7 @@ def build_corpus(
     out_dir = Path(out_dir).resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: exists and is not a folder")
+    given = None if texts is None else given_sentences(texts, texts_from or "texts")  # before any TTS check
 
     if shutil.which("sox") is None:
         raise UserError("sox not found: it changes rate and pitch and resamples (apt-get install sox)")
@@ -459,11 +487,22 @@ def build_corpus(
     if not voice_split.whole_engines:
         log.warning("no engine is held out whole with this voice set (festival or pico would be)")
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if given is not None:
+        sentences, sources, fresh = *given, True
+    else:
+        sentences, sources, fresh = _sentence_pool(out_dir)
+    try:
+        plan = plan_corpus(sentences, voice_split, hours, seed, max_utts)
+    except UserError as err:
+        if texts_from is None:
+            raise
+        raise UserError(f"{texts_from}: {str(err).removeprefix('sentences: ')}") from None
+
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now: a refused build leaves no folder behind
     for leftover in (out_dir / "audio").glob("*/*/.*.tmp.flac"):  # from a build that was killed mid-write
         leftover.unlink()
-    sentences, sources = _sentence_pool(out_dir, texts)
-    plan = plan_corpus(sentences, voice_split, hours, seed, max_utts)
+    if fresh:
+        _save_sentence_pool(out_dir, sentences, sources)
     paths = {utt.id: utt.path(out_dir) for utt in plan}
 
     results = _render_all([(utt, str(paths[utt.id])) for utt in plan], jobs, progress)
@@ -561,11 +600,8 @@ def synth_corpus(args: argparse.Namespace) -> int:
     if args.out_dir is None:
         raise UserError("OUT_DIR is required (or --list-voices)")
     texts = None
-    if args.text is not None:
-        try:
-            texts = Path(args.text).read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as err:
-            raise UserError(f"{args.text}: cannot read sentences ({err})") from None
+    if args.text is not None:  # read (and its sentences checked) before the corpus folder is made
+        texts = read_text(args.text, "sentence file").splitlines()
     voices = None
     if args.voices:
         voices = [name for item in args.voices for name in item.split(",") if name]
@@ -581,6 +617,7 @@ def synth_corpus(args: argparse.Namespace) -> int:
         hours=args.hours,
         max_utts=args.max_utts,
         texts=texts,
+        texts_from=args.text,
     )
     print(describe_splits(summary.voice_split))
     print(summary.report())

@@ -1,0 +1,57 @@
+"""SIGTERM (``kill``, a batch scheduler's stop, ``timeout``) as an exception, so a command stops cleanly.
+
+Python's default for SIGTERM ends the process at once: no ``finally`` block runs, so temporary files stay behind
+and a training run saves nothing. :func:`sigterm_raises` turns the signal into :class:`Terminated` in the main
+process, which the CLI reports as one line and exit status 143 (128 + 15, what shells show for a SIGTERM death).
+
+Training stops at the end of the current step instead (Lightning's own SIGTERM handling; see
+:class:`srupp_asr.train.StopCheckpoint`): :func:`defer_sigterm` makes the handler leave the signal to Lightning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+
+EXIT_STATUS = 128 + signal.SIGTERM
+
+
+class Terminated(BaseException):
+    """The process received SIGTERM; the message says what was saved, if anything."""
+
+
+_state = {"defer": False}
+
+
+def _handler(main_pid: int):
+    def handle(signum: int, frame) -> None:
+        if os.getpid() != main_pid:  # a forked worker (data loading): end it as the default action would
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        if not _state["defer"]:
+            raise Terminated("terminated (SIGTERM)")
+
+    return handle
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` in this process (a no-op outside the main thread)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _handler(os.getpid()))
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _state["defer"] = False
+
+
+def defer_sigterm(defer: bool = True) -> None:
+    """Let SIGTERM pass without raising (another handler, Lightning's, stops the work at a safe point)."""
+    _state["defer"] = defer

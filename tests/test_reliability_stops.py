@@ -1,0 +1,217 @@
+# ruff: noqa: F811  (the imported fixture ``corpus`` is a parameter name of the tests)
+"""Stops that are not crashes: a ``max_steps`` stop in mid-epoch, SIGTERM (training and any other command), a
+write killed half-way, and two training runs into one folder.
+
+The claim proven for training: a run stopped at step k and resumed with ``--ckpt_path last`` ends with the same
+weights as a run that never stopped (the rest of the stopped epoch is trained, not skipped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+
+from srupp_asr.checkpoints import load_checkpoint
+from srupp_asr.cli import main
+from srupp_asr.fileio import atomic_output, make_temp_dir, remove_stale_temps
+from tests.test_reliability_training import assert_same_weights
+from tests.test_training_acceptance import (  # noqa: F401 (corpus: a fixture)
+    REPO,
+    augmented_config,
+    corpus,
+    corpus_args,
+    load_weights,
+    srupp_asr_train,
+)
+
+TOTAL_STEPS = 10  # the corpus makes 6 batches an epoch: the runs cross an epoch boundary
+
+
+class TermAtStep(L.Callback):
+    """Sends SIGTERM (or ``sig``) to its own process as step ``step`` starts (what ``kill PID`` or a scheduler
+    does; SIGINT: Ctrl-C)."""
+
+    def __init__(self, step: int, sig: str = "SIGTERM") -> None:
+        self.step, self.sig = step, sig
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), getattr(signal, self.sig))
+
+
+@pytest.fixture(scope="module")
+def overrides(tmp_path_factory) -> Path:
+    return augmented_config(tmp_path_factory.mktemp("config") / "augmented.yaml", speed_perturb=False)
+
+
+def run_args(corpus, root: Path, weights: Path, overrides: Path, steps: int) -> list[str]:
+    return [
+        *corpus_args(corpus, root),
+        "--config",
+        str(overrides),
+        f"--trainer.max_steps={steps}",
+        "--trainer.limit_val_batches=0",
+        "--checkpoint.monitor=null",
+        "--checkpoint.save_top_k=1",
+        "--trainer.callbacks+=tests.test_training_acceptance.DumpWeights",
+        f"--trainer.callbacks.out_dir={weights}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def straight(corpus, overrides, tmp_path_factory) -> dict[str, torch.Tensor]:
+    """The final weights of an uninterrupted run of TOTAL_STEPS steps."""
+    folder = tmp_path_factory.mktemp("straight")
+    srupp_asr_train(run_args(corpus, folder / "exp", folder / "weights", overrides, TOTAL_STEPS))
+    return load_weights(folder / "weights" / "rank0.pt")
+
+
+@pytest.mark.parametrize("stop", [3, 6, 8])  # mid-epoch 0, at its end, mid-epoch 1
+def test_a_max_steps_stop_resumed_with_more_steps_ends_where_an_uninterrupted_run_does(
+    corpus, overrides, straight, tmp_path, stop
+):
+    root = tmp_path / "exp"
+    srupp_asr_train(run_args(corpus, root, tmp_path / "first", overrides, stop))
+    assert load_checkpoint(root / "checkpoints" / "last.ckpt")["global_step"] == stop
+    srupp_asr_train([*run_args(corpus, root, tmp_path / "weights", overrides, TOTAL_STEPS), "--ckpt_path=last"])
+    assert json.loads((tmp_path / "weights" / "rank0.json").read_text())["global_step"] == TOTAL_STEPS
+    assert_same_weights(straight, load_weights(tmp_path / "weights" / "rank0.pt"), f" (stopped at step {stop})")
+
+
+def train_with_signal(args: list[str], sig: str, step: int) -> subprocess.CompletedProcess:
+    """``srupp-asr train ARGS`` that sends itself ``sig`` as step ``step`` starts."""
+    signal_at = [
+        "--trainer.callbacks+=tests.test_reliability_stops.TermAtStep",
+        f"--trainer.callbacks.step={step}",
+        f"--trainer.callbacks.sig={sig}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SRUPP_ASR_TRUSTED_CLASSES": "tests"}
+    return subprocess.run(
+        [sys.executable, "-m", "srupp_asr.cli", "train", *args, *signal_at],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_sigterm_saves_the_step_it_stops_at_exits_143_and_the_resume_matches(corpus, overrides, straight, tmp_path):
+    root = tmp_path / "exp"
+    args = run_args(corpus, root, tmp_path / "weights", overrides, TOTAL_STEPS)
+    # No step checkpoints: what is there to resume from is the one saved at the stop.
+    proc = train_with_signal([*args, "--checkpoint.every_n_train_steps=1000"], "SIGTERM", 4)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    last = root / "checkpoints" / "last.ckpt"
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("srupp-asr train:")]
+    assert lines == [f"srupp-asr train: terminated (SIGTERM) after step 5: saved {last}; resume with --ckpt_path last"]
+    assert load_checkpoint(last)["global_step"] == 5  # the step under way when the signal came was finished
+    assert not (tmp_path / "weights" / "rank0.pt").exists()
+    srupp_asr_train([*args, "--ckpt_path=last"])
+    assert_same_weights(straight, load_weights(tmp_path / "weights" / "rank0.pt"))
+
+
+def test_ctrl_c_in_training_is_one_line_and_exit_130(corpus, overrides, tmp_path):
+    proc = train_with_signal(run_args(corpus, tmp_path / "exp", tmp_path / "weights", overrides, 4), "SIGINT", 2)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == "srupp-asr train: interrupted"
+
+
+def test_a_second_fit_into_a_folder_a_running_fit_writes_to_is_refused(corpus, tmp_path, capsys):
+    root = tmp_path / "exp"
+    root.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from srupp_asr.train import lock_run_dir; lock_run_dir(sys.argv[1]);"
+            " print('locked', flush=True); time.sleep(60)",
+            str(root),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        rc = main(["train", *corpus_args(corpus, root), "--trainer.max_steps=1"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2
+        assert err[-1] == (
+            f"srupp-asr train: error: {root}: another `srupp-asr train fit` (pid {holder.pid}) is writing to this"
+            " folder; give this run its own trainer.default_root_dir"
+        )
+        assert not (root / "checkpoints").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    # Once the holder is gone (killed: the kernel drops its lock), the folder is free again.
+    assert main(["train", *corpus_args(corpus, root), "--trainer.max_steps=1", "--trainer.limit_val_batches=0"]) == 0
+
+
+WRITER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from srupp_asr.cli import _run
+    from srupp_asr.fileio import atomic_output
+
+    def write():
+        with atomic_output(sys.argv[1]) as tmp:
+            tmp.write_text("half")
+            os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+            tmp.write_text("all of it")
+
+    sys.exit(_run("test", write))
+    """
+)
+
+
+def run_writer(target: Path, sig: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", WRITER, str(target), sig], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_sigterm_mid_write_is_one_line_exit_143_and_leaves_no_temporary_file(tmp_path):
+    proc = run_writer(tmp_path / "out.txt", "SIGTERM")
+    assert proc.returncode == 143
+    assert proc.stderr.strip() == "srupp-asr test: terminated (SIGTERM)"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_what_a_write_killed_with_sigkill_left_is_removed_by_the_next_write_there(tmp_path):
+    proc = run_writer(tmp_path / "out.txt", "SIGKILL")
+    assert proc.returncode == -signal.SIGKILL
+    (leftover,) = tmp_path.iterdir()
+    assert leftover.name.startswith(".") and ".tmp" in leftover.name
+    live = tmp_path / f"{leftover.name.split('-')[0]}-{os.getpid()}-abcdefgh.tmp"  # a live writer's: kept
+    live.write_text("in progress")
+    with atomic_output(tmp_path / "other.txt") as tmp:
+        tmp.write_text("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "other.txt"])
+    assert remove_stale_temps(tmp_path, force=True) == []  # the live one stays however often the folder is swept
+
+
+def test_what_an_export_killed_half_way_left_is_removed_by_the_next_export(tmp_path):
+    folder = tmp_path / "model"
+    script = (
+        "import os, signal, sys; from srupp_asr.fileio import make_temp_dir;"
+        " d = make_temp_dir(sys.argv[1]); (d / 'model.safetensors').write_bytes(b'half');"
+        " os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(folder)], cwd=REPO, timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    (leftover,) = tmp_path.iterdir()
+    assert leftover.is_dir() and leftover.name.endswith(".tmp")
+    fresh = make_temp_dir(folder)  # what export_model calls first
+    assert list(tmp_path.iterdir()) == [fresh]
