@@ -373,6 +373,9 @@ def _check_openable(name: str) -> None:
         info = os.stat(name)
         if stat.S_ISDIR(info.st_mode):
             raise UserError(f"{name}: not a readable audio file (it is a directory)")
+        if not stat.S_ISREG(info.st_mode):  # before opening: a pipe's open waits for a writer, /dev/zero is endless
+            kind = "a pipe" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) else "special"
+            raise UserError(f"{name}: not a readable audio file (not a regular file: {kind}; save the audio to a file)")
         # Opening it ourselves gives the OS's reason (permissions, ...) instead of libsndfile's "System error".
         with open(name, "rb"):
             pass

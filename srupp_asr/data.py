@@ -332,9 +332,16 @@ class ResumableSampler(torch.utils.data.Sampler):
             index += 1
 
 
-def _bucket_count(cuts: CutSet, wanted: int) -> int:
-    """``wanted``, or fewer for a manifest too small to fill that many buckets (lhotse asserts on it)."""
-    return max(1, min(wanted, sum(1 for _ in islice(cuts, _BINS_ESTIMATE_CUTS))))
+def duration_bins(cuts: CutSet, wanted: int) -> list[float]:
+    """Bucket boundaries (seconds) for ``wanted`` buckets (at most one per cut), placed as lhotse places them (on
+    the first ``_BINS_ESTIMATE_CUTS`` cuts). Where lhotse would place none (one bucket: lhotse asserts on that, or
+    warns "Mean of empty slice" at every epoch), a boundary above the longest cut makes the one bucket."""
+    from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
+
+    sample = list(islice(cuts, _BINS_ESTIMATE_CUTS))
+    buckets = min(wanted, len(sample))
+    bins = estimate_duration_buckets(sample, num_buckets=buckets) if buckets >= 2 else []
+    return bins or [max((c.duration for c in sample), default=0.0) + 1.0]
 
 
 class _MaxDuration:
@@ -478,8 +485,7 @@ class ASRDataModule(L.LightningDataModule):
         sampler = DynamicBucketingSampler(
             cuts,
             max_duration=self.max_duration,
-            num_buckets=_bucket_count(cuts, self.num_buckets),
-            num_cuts_for_bins_estimate=_BINS_ESTIMATE_CUTS,
+            duration_bins=duration_bins(cuts, self.num_buckets),
             shuffle=self.shuffle,
             drop_last=False,
             seed=self.seed,
@@ -513,8 +519,7 @@ class ASRDataModule(L.LightningDataModule):
         sampler = DynamicBucketingSampler(
             self.valid_cuts,
             max_duration=self.max_duration,
-            num_buckets=_bucket_count(self.valid_cuts, self.num_buckets),
-            num_cuts_for_bins_estimate=_BINS_ESTIMATE_CUTS,
+            duration_bins=duration_bins(self.valid_cuts, self.num_buckets),
             shuffle=False,
             drop_last=False,
             **self._distribution(),

@@ -668,7 +668,7 @@ def weight_files(path: str | os.PathLike) -> WeightFiles:
     folder = path.parent
     for file in sorted(names):
         if not (folder / file).is_file():
-            raise UserError(f"{folder / file}: not found ({path.name} lists it)")
+            raise UserError(f"{folder / file}: {_not_a_file(folder / file)} ({path.name} lists it)")
     for stray in sorted(folder.glob("*.safetensors")):
         if stray.name not in names:
             raise UserError(f"{stray}: a weights file that {path.name} does not list (remove one of them)")
@@ -716,12 +716,17 @@ _SAFETENSORS_DTYPES = {
 }
 
 
+def _not_a_file(path: Path) -> str:
+    """Why ``path``, expected to be a file, is not one: ``not found`` or ``is a directory, not a file``."""
+    return "is a directory, not a file" if path.is_dir() else "not a file" if path.exists() else "not found"
+
+
 def _read_safetensors(path: Path, shapes_only: bool) -> dict[str, torch.Tensor]:
     """The tensors of one safetensors file, or meta tensors of their shapes and dtypes (no pickle)."""
     from safetensors import safe_open
 
     if not path.is_file():
-        raise UserError(f"{path}: not found (a model directory holds its weights)")
+        raise UserError(f"{path}: {_not_a_file(path)} (a model directory holds its weights)")
     try:
         with safe_open(path, framework="pt") as f:
             if not shapes_only:

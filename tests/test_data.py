@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from types import SimpleNamespace
 
 import lightning as L
@@ -263,3 +264,24 @@ def test_lightning_resume_from_a_mid_epoch_checkpoint_continues_the_same_batches
     resumed = _Recorder()
     _trainer(tmp_path).fit(resumed, datamodule=_module(corpus, seed=5), ckpt_path=tmp_path / "step=6.ckpt")
     assert resumed.seen == full.seen[6:]
+
+
+def test_duration_bins_are_lhotses_and_a_tiny_manifest_gets_one_bucket_without_warnings(corpus):
+    from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
+    from lhotse.testing.dummies import dummy_cut
+
+    from srupp_asr.data import duration_bins
+
+    cuts = CutSet.from_cuts([dummy_cut(i, duration=1.0 + i % 7) for i in range(40)])
+    assert duration_bins(cuts, 4) == estimate_duration_buckets(cuts, num_buckets=4)  # as lhotse places them
+    for n, wanted in [(1, 1), (1, 30), (3, 2), (3, 1)]:  # lhotse: an assertion, or "Mean of empty slice"
+        small = CutSet.from_cuts([dummy_cut(i, duration=1.0 + i) for i in range(n)])
+        assert duration_bins(small, wanted) == [n + 1.0]  # one bucket: a boundary above the longest cut
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        one = corpus.cuts.subset(first=1)
+        save_cuts(one, corpus.root / "one.jsonl.gz")
+        tokenizer = str(corpus.root / "tokenizer.model")
+        data = ASRDataModule(corpus.root / "one.jsonl.gz", None, tokenizer, max_duration=30, num_workers=0)
+        data.setup("fit")
+        assert [b["cut_ids"] for b in data.train_dataloader()] == [[one[0].id]]

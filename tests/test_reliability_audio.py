@@ -195,6 +195,10 @@ def _bad_files(batch: Batch, utts) -> None:
         batch.bad[str(path)] = reason
 
     add("empty.wav", b"", "not a readable audio file (the file is empty)")
+    os.mkfifo(bad / "pipe.wav")  # opening it would wait for a writer for ever
+    add("pipe.wav", None, "not a readable audio file (not a regular file: a pipe; save the audio to a file)")
+    (bad / "zero.wav").symlink_to("/dev/zero")  # endless: reading it would never end
+    add("zero.wav", None, "not a readable audio file (not a regular file: a device; save the audio to a file)")
     sf.write(bad / "zero_samples.wav", np.zeros(0, np.float32), SAMPLE_RATE)
     add("zero_samples.wav", None, "holds no audio samples")
     add(

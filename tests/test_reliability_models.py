@@ -223,6 +223,11 @@ HOSTILE_INDEXES = {
         for file in ("../model.safetensors", "/etc/passwd.safetensors", "sub/model.safetensors", "evil.pkl", "..")
     },
     "shard missing": (lambda d: (d / SHARDS[2]).unlink(), SHARDS[2], rf"not found \({INDEX} lists it\)$"),
+    "shard is a directory": (
+        lambda d: ((d / SHARDS[2]).unlink(), (d / SHARDS[2]).mkdir()),
+        SHARDS[2],
+        rf"is a directory, not a file \({INDEX} lists it\)$",
+    ),
     "tensor absent from its shard": (
         lambda d: _edit_index(d, lambda i: i["weight_map"].update(ghost=SHARDS[0])),
         SHARDS[0],
