@@ -258,23 +258,36 @@ def batch_seed(base: int, rank: int, epoch: int, index: int) -> int:
     return seed
 
 
-def resume_after_last_batch(checkpoint: dict) -> None:
-    """Let a checkpoint written after an epoch's last training batch resume exactly (call it before Lightning
-    restores its loops from ``checkpoint``, e.g. in ``LightningModule.on_load_checkpoint``).
+def prepare_resume(checkpoint: dict) -> None:
+    """Make Lightning resume a run with :class:`ASRDataModule` exactly where the checkpoint was written (call it
+    before Lightning restores its loops from ``checkpoint``, e.g. in ``LightningModule.on_load_checkpoint``).
 
-    Lightning marks such a checkpoint ``is_last_batch`` and, resuming, counts that epoch as finished; but the
-    training loader here has no length (lhotse's batches are made on the fly), so Lightning then also finds the
-    next epoch finished before it has drawn a batch, and the resumed run would train on epoch e + 2's batches
-    where the uninterrupted run trained on e + 1's. With the flag cleared Lightning re-enters epoch e instead,
-    :class:`ResumableSampler` skips the batches the checkpoint says were done (all of them), the epoch's end
-    hooks run (they had not when the checkpoint was written), and epoch e + 1 follows as it did uninterrupted.
-    Only checkpoints of runs with :class:`ASRDataModule` (which hold its state) are changed.
+    The training loader has no length (lhotse's batches are made on the fly), and Lightning's loop counters then
+    go wrong in two cases, both mended here from the data module's own record (the epoch its sampler was in and
+    the batches of it done):
+
+    - a checkpoint of an epoch's last training batch is marked ``is_last_batch``, and resuming, Lightning counts
+      that epoch as finished and then finds the next one finished too, before it has drawn a batch: the resumed run
+      would train on epoch e + 2's batches where the uninterrupted run trained on e + 1's. With the flag cleared
+      Lightning re-enters epoch e, :class:`ResumableSampler` skips its batches (all of them), the epoch's end hooks
+      run (they had not when the checkpoint was written) and epoch e + 1 follows as it did uninterrupted;
+    - a checkpoint written when training ended in mid-epoch (``max_steps``, ``max_time``) counts that epoch as
+      completed: resumed with a larger budget, Lightning would go on with the next epoch and the rest of this one
+      would never be trained. Its completed-epoch count is set back to the epoch the sampler was in.
     """
-    if "ASRDataModule" not in checkpoint:
+    data = checkpoint.get("ASRDataModule")
+    fit = checkpoint.get("loops", {}).get("fit_loop", {})
+    progress = fit.get("epoch_loop.batch_progress")
+    if not data or not isinstance(progress, dict):
         return
-    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
-    if isinstance(progress, dict) and progress.get("is_last_batch"):
+    if progress.get("is_last_batch"):
         progress["is_last_batch"] = False
+        return
+    epochs = fit.get("epoch_progress", {})
+    ahead = epochs.get("current", {}).get("completed", 0) - int(data["epoch"])
+    if ahead > 0 and int(data["batches_done"]) > 0:  # stopped in mid-epoch, counted as completed
+        for counts in (epochs["current"], epochs["total"]):
+            counts["completed"] -= ahead
 
 
 class ResumableSampler(torch.utils.data.Sampler):

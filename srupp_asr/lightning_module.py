@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from srupp_asr.checks import check_int, check_number, config_options
-from srupp_asr.data import resume_after_last_batch
+from srupp_asr.data import prepare_resume
 from srupp_asr.errors import UserError
 from srupp_asr.export import initial_weights
 from srupp_asr.frontend import load_cmvn
@@ -219,7 +219,7 @@ class ASRLightningModule(L.LightningModule):
         self.nonfinite_skipped = int(checkpoint.get("nonfinite_skipped", 0))
         if self._trainer is not None:  # resuming a fit, not load_from_checkpoint (which must not touch the RNGs)
             self._resumed_rng_states = checkpoint.get("rng_states")
-            resume_after_last_batch(checkpoint)
+            prepare_resume(checkpoint)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         """Before the first step of a resumed fit, set the random generators to their checkpointed states."""

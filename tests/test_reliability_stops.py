@@ -24,7 +24,7 @@ import torch
 from srupp_asr.checkpoints import load_checkpoint
 from srupp_asr.cli import main
 from srupp_asr.fileio import atomic_output, make_temp_dir, remove_stale_temps
-from tests.test_reliability_training import assert_same_weights
+from tests.test_reliability_training import assert_same_weights, train_args
 from tests.test_training_acceptance import (  # noqa: F401 (corpus: a fixture)
     REPO,
     augmented_config,
@@ -35,6 +35,7 @@ from tests.test_training_acceptance import (  # noqa: F401 (corpus: a fixture)
 )
 
 TOTAL_STEPS = 10  # the corpus makes 6 batches an epoch: the runs cross an epoch boundary
+NO_STEP_CHECKPOINTS = 1000  # every_n_train_steps beyond the runs' ends
 
 
 class TermAtStep(L.Callback):
@@ -54,18 +55,10 @@ def overrides(tmp_path_factory) -> Path:
     return augmented_config(tmp_path_factory.mktemp("config") / "augmented.yaml", speed_perturb=False)
 
 
-def run_args(corpus, root: Path, weights: Path, overrides: Path, steps: int) -> list[str]:
-    return [
-        *corpus_args(corpus, root),
-        "--config",
-        str(overrides),
-        f"--trainer.max_steps={steps}",
-        "--trainer.limit_val_batches=0",
-        "--checkpoint.monitor=null",
-        "--checkpoint.save_top_k=1",
-        "--trainer.callbacks+=tests.test_training_acceptance.DumpWeights",
-        f"--trainer.callbacks.out_dir={weights}",
-    ]
+def run_args(corpus, root: Path, weights: Path, overrides: Path, steps: int, every: int = NO_STEP_CHECKPOINTS):
+    """A ``steps``-step run that dumps its final weights; without step checkpoints (``last.ckpt`` is saved where
+    it stops) unless ``every`` (0: Lightning's default, a save at every epoch's end)."""
+    return train_args(corpus, root, weights, every, overrides, steps)
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +69,18 @@ def straight(corpus, overrides, tmp_path_factory) -> dict[str, torch.Tensor]:
     return load_weights(folder / "weights" / "rank0.pt")
 
 
-@pytest.mark.parametrize("stop", [3, 6, 8])  # mid-epoch 0, at its end, mid-epoch 1
+# Stops in mid-epoch 0, at its end, in mid-epoch 1. The checkpoint at the stop is written at the epoch's end
+# (every=0: Lightning counts the epoch as processed, not completed) or at the end of training (every=1000: it
+# counts it as completed, and would go on with the next epoch).
+@pytest.mark.parametrize(("stop", "every"), [(3, 0), (8, 0), (3, NO_STEP_CHECKPOINTS), (6, NO_STEP_CHECKPOINTS)])
 def test_a_max_steps_stop_resumed_with_more_steps_ends_where_an_uninterrupted_run_does(
-    corpus, overrides, straight, tmp_path, stop
+    corpus, overrides, straight, tmp_path, stop, every
 ):
     root = tmp_path / "exp"
-    srupp_asr_train(run_args(corpus, root, tmp_path / "first", overrides, stop))
+    srupp_asr_train(run_args(corpus, root, tmp_path / "first", overrides, stop, every))
     assert load_checkpoint(root / "checkpoints" / "last.ckpt")["global_step"] == stop
-    srupp_asr_train([*run_args(corpus, root, tmp_path / "weights", overrides, TOTAL_STEPS), "--ckpt_path=last"])
+    resume = [*run_args(corpus, root, tmp_path / "weights", overrides, TOTAL_STEPS, every), "--ckpt_path=last"]
+    srupp_asr_train(resume)
     assert json.loads((tmp_path / "weights" / "rank0.json").read_text())["global_step"] == TOTAL_STEPS
     assert_same_weights(straight, load_weights(tmp_path / "weights" / "rank0.pt"), f" (stopped at step {stop})")
 
@@ -110,7 +107,7 @@ def test_sigterm_saves_the_step_it_stops_at_exits_143_and_the_resume_matches(cor
     root = tmp_path / "exp"
     args = run_args(corpus, root, tmp_path / "weights", overrides, TOTAL_STEPS)
     # No step checkpoints: what is there to resume from is the one saved at the stop.
-    proc = train_with_signal([*args, "--checkpoint.every_n_train_steps=1000"], "SIGTERM", 4)
+    proc = train_with_signal(args, "SIGTERM", 4)
     assert proc.returncode == 143, proc.stderr[-3000:]
     last = root / "checkpoints" / "last.ckpt"
     lines = [line for line in proc.stderr.splitlines() if line.startswith("srupp-asr train:")]

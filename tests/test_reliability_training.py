@@ -58,13 +58,13 @@ class KillWhileSaving(AtomicCheckpointIO):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train_args(corpus, root: Path, weights: Path, every: int, overrides: Path) -> list[str]:
-    """Arguments of an 8-step run saving ``last.ckpt`` every ``every`` steps and dumping its final weights."""
+def train_args(corpus, root: Path, weights: Path, every: int, overrides: Path, steps: int = TOTAL_STEPS) -> list[str]:
+    """Arguments of a ``steps``-step run saving ``last.ckpt`` every ``every`` steps and dumping its final weights."""
     return [
         *corpus_args(corpus, root),
         "--config",
         str(overrides),
-        f"--trainer.max_steps={TOTAL_STEPS}",
+        f"--trainer.max_steps={steps}",
         "--trainer.limit_val_batches=0",
         "--checkpoint.monitor=null",  # step checkpoints without a validation metric
         "--checkpoint.save_top_k=1",

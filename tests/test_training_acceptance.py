@@ -385,7 +385,7 @@ def augmented_config(path: Path, speed_perturb: bool) -> Path:
         pytest.param(False, RESUME_KILL_STEP, id="dropout+specaugment"),
         pytest.param(True, RESUME_KILL_STEP, id="dropout+specaugment+speed_perturb"),
         # the checkpoint of an epoch's last batch: Lightning would count the next epoch as done as well
-        # (srupp_asr.data.resume_after_last_batch)
+        # (srupp_asr.data.prepare_resume)
         pytest.param(False, EPOCH_BATCHES, id="after-the-epochs-last-batch"),
     ],
 )
