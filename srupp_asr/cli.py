@@ -109,7 +109,8 @@ def _run(command: str, fn) -> int:
         print(f"srupp-asr {command}: error: {err}", file=sys.stderr)
         return 2
     except Terminated as err:
-        print(f"srupp-asr {command}: {first_line(err)}", file=sys.stderr)
+        if str(err):  # empty: a process that is not the one the user started (a DDP rank) stops quietly
+            print(f"srupp-asr {command}: {first_line(err)}", file=sys.stderr)
         return TERMINATED_STATUS
     except KeyboardInterrupt:  # Ctrl-C: outputs are written atomically, so stop with one line, as shells expect
         print(f"srupp-asr {command}: interrupted", file=sys.stderr)

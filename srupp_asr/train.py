@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import os
 import re
 import warnings
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from lightning.pytorch.cli import LightningCLI
     from lightning.pytorch.loggers import Logger
 
+log = logging.getLogger(__name__)
 SUBCOMMANDS = ("fit", "validate")
 TRUSTED_CLASS_MODULES = ("lightning", "torch", "srupp_asr")
 TRUSTED_CLASSES_ENV = "SRUPP_ASR_TRUSTED_CLASSES"
@@ -125,13 +127,19 @@ def with_atomic_checkpoints(plugins: Any) -> list[Any]:
     return plugins
 
 
+def _is_rank_zero() -> bool:
+    """Whether this process is rank 0 of its run (the one a user started; DDP's other ranks have a nonzero rank
+    in their environment)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
 def lock_run_dir(default_root_dir: str | os.PathLike[str] | None) -> None:
     """Take ``<default_root_dir>/.train.lock`` for this process (rank 0 of a run; the other ranks share its
     folder); a UserError naming the folder when another ``fit`` holds it. Released by :func:`release_run_dirs`
     or when the process ends, however it ends."""
     import fcntl
 
-    if any(os.environ.get(v, "0") != "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK")):
+    if not _is_rank_zero():
         return
     path = os.path.join(os.fspath(default_root_dir or "."), LOCK_FILE)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -164,22 +172,49 @@ def stop_checkpoint_class() -> type:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     class StopCheckpoint(Callback):
-        """On SIGTERM, save the last checkpoint at the step where Lightning stopped (``last.ckpt`` of the run's
-        ModelCheckpoint), so ``--ckpt_path last`` resumes there; ``saved`` is its path (None: nothing saved)."""
+        """Stop at a step's end on SIGTERM, on every rank at the same step, and save ``last.ckpt`` (the run's
+        ModelCheckpoint's) there, so ``--ckpt_path last`` resumes from that step.
+
+        Lightning's own SIGTERM handler is replaced (before it is registered): under DDP it broadcasts from
+        inside the handler, wherever the signal lands, and that broadcast pairs with another collective of the
+        other ranks (a gradient all-reduce), so a run crashed or hung. Here the handler only notes the signal
+        (and passes it on to the processes Lightning started); at each training step's end the ranks agree
+        whether any of them saw it, and all set Lightning's flag, which stops them after that step."""
 
         def __init__(self) -> None:
-            self.saved: str | None = None
-            self.step: int | None = None
+            self._seen = False
+
+        def setup(self, trainer, pl_module, stage: str) -> None:
+            """Put :meth:`_notice` in the place of Lightning's SIGTERM handler (registered after this hook)."""
+            connector = getattr(trainer, "_signal_connector", None)
+            if connector is not None and hasattr(connector, "_sigterm_notifier_fn"):
+                connector._sigterm_notifier_fn = self._notice
+            self._trainer, self._seen = trainer, False
+
+        def _notice(self, signum: int, frame: Any) -> None:
+            log.info("received SIGTERM: stopping after this step")
+            launcher = self._trainer.strategy.launcher
+            if not self._seen and launcher is not None:
+                launcher.kill(signum)  # the processes it started stop too
+            self._seen = True
 
         def on_train_start(self, trainer, pl_module) -> None:
-            """From here on Lightning's handler stops training at the end of a step: do not raise at once."""
+            """From here on a SIGTERM stops training at a step's end: the CLI's handler must not raise at once."""
             defer_sigterm(True)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs: Any, batch: Any, batch_idx: int) -> None:
+            """Whether any rank saw SIGTERM (all ranks call this at the same step): then Lightning stops them all."""
+            seen = self._seen
+            if trainer.world_size > 1:
+                seen = trainer.strategy.reduce_boolean_decision(seen, all=False)
+            if seen:
+                trainer._signal_connector.received_sigterm = True
 
         def teardown(self, trainer, pl_module, stage: str) -> None:
             defer_sigterm(False)
 
         def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-            """Save ``last.ckpt`` when the exception is Lightning's SIGTERM stop."""
+            """Save ``last.ckpt`` when the exception is Lightning's SIGTERM stop (every rank takes part)."""
             if not isinstance(exception, SIGTERMException):
                 return
             checkpoint = trainer.checkpoint_callback
@@ -326,7 +361,7 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         if isinstance(err, SIGTERMException):  # Lightning's stop after SIGTERM (a SystemExit that would exit 0)
-            raise Terminated(_stopped_message()) from None
+            raise Terminated(_stopped_message() if _is_rank_zero() else "") from None  # the other ranks: quiet
         if isinstance(err.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after Ctrl-C: the CLI's 130
             raise KeyboardInterrupt from None
         raise

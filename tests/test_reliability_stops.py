@@ -46,7 +46,7 @@ class TermAtStep(L.Callback):
         self.step, self.sig = step, sig
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        if trainer.global_step == self.step:
+        if trainer.global_step == self.step and trainer.global_rank == 0:  # under DDP: rank 0 only, as `kill PID`
             os.kill(os.getpid(), getattr(signal, self.sig))
 
 
@@ -93,14 +93,18 @@ def train_with_signal(args: list[str], sig: str, step: int) -> subprocess.Comple
         f"--trainer.callbacks.sig={sig}",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "SRUPP_ASR_TRUSTED_CLASSES": "tests"}
-    return subprocess.run(
-        [sys.executable, "-m", "srupp_asr.cli", "train", *args, *signal_at],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    cmd = [sys.executable, "-m", "srupp_asr.cli", "train", *args, *signal_at]
+    # A session of its own, so that a hang (a rank waiting for ever) fails the test and ends every rank.
+    with subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            pytest.fail(f"srupp-asr train did not stop within 300 s of {sig} at step {step}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def test_sigterm_saves_the_step_it_stops_at_exits_143_and_the_resume_matches(corpus, overrides, straight, tmp_path):
@@ -116,6 +120,20 @@ def test_sigterm_saves_the_step_it_stops_at_exits_143_and_the_resume_matches(cor
     assert not (tmp_path / "weights" / "rank0.pt").exists()
     srupp_asr_train([*args, "--ckpt_path=last"])
     assert_same_weights(straight, load_weights(tmp_path / "weights" / "rank0.pt"))
+
+
+def test_sigterm_to_rank_0_of_a_ddp_run_stops_every_rank_with_one_checkpoint(corpus, overrides, tmp_path):
+    """Lightning passes the signal on to the other rank; both stop after the same step (no rank waits for ever
+    at the save's barrier) and the checkpoint of that step is written once."""
+    root = tmp_path / "exp"
+    ddp = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp", "--data.max_duration=8"]
+    proc = train_with_signal([*run_args(corpus, root, tmp_path / "weights", overrides, 6), *ddp], "SIGTERM", 2)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    last = root / "checkpoints" / "last.ckpt"
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("srupp-asr train:")]
+    assert lines == [f"srupp-asr train: terminated (SIGTERM) after step 3: saved {last}; resume with --ckpt_path last"]
+    assert load_checkpoint(last)["global_step"] == 3
+    assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["last.ckpt"]
 
 
 def test_ctrl_c_in_training_is_one_line_and_exit_130(corpus, overrides, tmp_path):
