@@ -34,7 +34,20 @@ def _handler(main_pid: int):
         if not _state["defer"]:
             raise Terminated("terminated (SIGTERM)")
 
+    handle.srupp_handler = True
     return handle
+
+
+def _default_in_child() -> None:
+    """After a fork, give the child SIGTERM's default action back: a Python handler runs only between bytecodes,
+    so a worker blocked in C (a lock, a library call) would never act on it, and the parent that terminates its
+    pool (``Pool.terminate`` sends SIGTERM, then waits) would wait for ever."""
+    if getattr(signal.getsignal(signal.SIGTERM), "srupp_handler", False):
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=_default_in_child)
 
 
 @contextlib.contextmanager

@@ -230,3 +230,23 @@ def test_what_an_export_killed_half_way_left_is_removed_by_the_next_export(tmp_p
     assert leftover.is_dir() and leftover.name.endswith(".tmp")
     fresh = make_temp_dir(folder)  # what export_model calls first
     assert list(tmp_path.iterdir()) == [fresh]
+
+
+def test_a_forked_worker_gets_sigterms_default_action_back():
+    """A Python handler runs only between bytecodes: a pool worker blocked in C would never die of the SIGTERM
+    its parent's ``Pool.terminate`` sends, and the parent would wait for ever (a synth-corpus run hung so)."""
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        from srupp_asr.interrupts import sigterm_raises
+
+        with sigterm_raises():
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0 if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else 3)
+            _, status = os.waitpid(pid, 0)
+            sys.exit(os.waitstatus_to_exitcode(status))
+        """
+    )
+    assert subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=60).returncode == 0
