@@ -4,8 +4,9 @@ Python's default for SIGTERM ends the process at once: no ``finally`` block runs
 and a training run saves nothing. :func:`sigterm_raises` turns the signal into :class:`Terminated` in the main
 process, which the CLI reports as one line and exit status 143 (128 + 15, what shells show for a SIGTERM death).
 
-Training stops at the end of the current step instead (Lightning's own SIGTERM handling; see
-:class:`srupp_asr.train.StopCheckpoint`): :func:`defer_sigterm` makes the handler leave the signal to Lightning.
+Training stops at the end of the current step instead (``StopCheckpoint`` in :mod:`srupp_asr.train`, in the place
+of Lightning's handler): :func:`defer_sigterm` makes the CLI's handler leave the signal to it. Forked children
+(pool and data-loader workers) get the default action back.
 """
 
 from __future__ import annotations
