@@ -23,7 +23,7 @@ class Terminated(BaseException):
     """The process received SIGTERM; the message says what was saved, if anything."""
 
 
-_state = {"defer": False}
+_state = {"defer": False, "pending": False}
 
 
 def _handler(main_pid: int):
@@ -34,6 +34,7 @@ def _handler(main_pid: int):
             return
         if not _state["defer"]:
             raise Terminated("terminated (SIGTERM)")
+        _state["pending"] = True  # the deferring loop stops at its next safe point (see sigterm_pending)
 
     handle.srupp_handler = True
     return handle
@@ -59,13 +60,20 @@ def sigterm_raises() -> Iterator[None]:
     except ValueError:  # not the main thread: signals cannot be handled here
         yield
         return
+    _state["pending"] = False
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-        _state["defer"] = False
+        _state["defer"] = _state["pending"] = False
 
 
 def defer_sigterm(defer: bool = True) -> None:
-    """Let SIGTERM pass without raising (another handler, Lightning's, stops the work at a safe point)."""
+    """Let SIGTERM pass without raising: the work stops at its next safe point (a training step's end), which
+    :func:`sigterm_pending` (or Lightning's flag, in training) tells it to."""
     _state["defer"] = defer
+
+
+def sigterm_pending() -> bool:
+    """Whether a SIGTERM came while it was deferred (:func:`defer_sigterm`)."""
+    return _state["pending"]

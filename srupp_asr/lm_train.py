@@ -41,6 +41,7 @@ from srupp_asr.checks import (
 )
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output
+from srupp_asr.interrupts import Terminated, defer_sigterm, sigterm_pending
 from srupp_asr.lm import SRUppLM, save_lm
 from srupp_asr.schedulers import NoamLR
 from srupp_asr.tokenizer import Tokenizer, texts_from_sources
@@ -192,41 +193,50 @@ def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
     start = time.monotonic()
     out_of_time = False
     model.train()
-    while progress["epoch"] < cfg.max_epochs and not out_of_time:
-        order = list(range(len(batches)))
-        random.Random(cfg.seed * 100003 + progress["epoch"]).shuffle(order)
-        loss_sum, token_sum = 0.0, 0
-        while progress["batch"] < len(order):
-            chosen = [train[i] for i in batches[order[progress["batch"]]]]
-            nll = model.sentence_nll(chosen)
-            tokens = sum(len(y) + 1 for y in chosen)
-            loss = nll.sum() / tokens
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-            optimizer.step()
-            scheduler.step()
-            progress["batch"] += 1
-            progress["step"] += 1
-            loss_sum, token_sum = loss_sum + float(loss.detach()) * tokens, token_sum + tokens
-            if cfg.log_every and progress["step"] % cfg.log_every == 0:
-                log.info(
-                    "train-lm: epoch %d step %d train ppl %.2f lr %.2e",
-                    progress["epoch"],
-                    progress["step"],
-                    math.exp(loss_sum / token_sum),
-                    scheduler.get_last_lr()[0],
-                )
-                loss_sum, token_sum = 0.0, 0
-            if cfg.max_time is not None and time.monotonic() - start > cfg.max_time * 60:
-                out_of_time = True
-                break
-            if cfg.valid_every and progress["step"] % cfg.valid_every == 0 and progress["batch"] < len(order):
-                checkpoint()
-        if not out_of_time:
-            progress["epoch"] += 1
-            progress["batch"] = 0
-        checkpoint()
+    defer_sigterm(True)  # a SIGTERM is acted on at a step's end (below)
+    try:
+        while progress["epoch"] < cfg.max_epochs and not out_of_time:
+            order = list(range(len(batches)))
+            random.Random(cfg.seed * 100003 + progress["epoch"]).shuffle(order)
+            loss_sum, token_sum = 0.0, 0
+            while progress["batch"] < len(order):
+                chosen = [train[i] for i in batches[order[progress["batch"]]]]
+                nll = model.sentence_nll(chosen)
+                tokens = sum(len(y) + 1 for y in chosen)
+                loss = nll.sum() / tokens
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+                optimizer.step()
+                scheduler.step()
+                progress["batch"] += 1
+                progress["step"] += 1
+                loss_sum, token_sum = loss_sum + float(loss.detach()) * tokens, token_sum + tokens
+                if cfg.log_every and progress["step"] % cfg.log_every == 0:
+                    log.info(
+                        "train-lm: epoch %d step %d train ppl %.2f lr %.2e",
+                        progress["epoch"],
+                        progress["step"],
+                        math.exp(loss_sum / token_sum),
+                        scheduler.get_last_lr()[0],
+                    )
+                    loss_sum, token_sum = 0.0, 0
+                if sigterm_pending():  # stop after this step, its state saved: --resume goes on from here
+                    _save_state(state_path, model, optimizer, scheduler, progress)
+                    raise Terminated(
+                        f"terminated (SIGTERM) after step {progress['step']}: saved {state_path}; resume with --resume"
+                    )
+                if cfg.max_time is not None and time.monotonic() - start > cfg.max_time * 60:
+                    out_of_time = True
+                    break
+                if cfg.valid_every and progress["step"] % cfg.valid_every == 0 and progress["batch"] < len(order):
+                    checkpoint()
+            if not out_of_time:
+                progress["epoch"] += 1
+                progress["batch"] = 0
+            checkpoint()
+    finally:
+        defer_sigterm(False)
     return {
         "steps": progress["step"],
         "epochs": progress["epoch"],

@@ -261,3 +261,40 @@ def test_transcribe_and_evaluate_fuse_an_lm_from_the_command_line(overfit_model_
     save_lm(tiny_lm(other_tok.vocab_size), other_tok.path, tmp_path / "other_lm")
     assert main(["transcribe", str(wav), *decode, "--lm", str(tmp_path / "other_lm"), "-q"]) == 2
     assert "the LM's tokenizer differs" in capsys.readouterr().err
+
+
+SIGTERM_AT_STEP_3 = """
+import os, signal, sys
+from srupp_asr.cli import _run
+from srupp_asr.lm_train import LMTrainConfig, train_lm
+from srupp_asr.schedulers import NoamLR
+
+step = NoamLR.step
+def step_and_signal(self, *args, **kwargs):  # `kill PID` as step 3 ends
+    step(self, *args, **kwargs)
+    if self.last_epoch == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+NoamLR.step = step_and_signal
+tokenizer, out, text = sys.argv[1:]
+cfg = LMTrainConfig(tokenizer=tokenizer, out_dir=out, train_text=[text], valid_text=[text], d_model=16, num_layers=1,
+                    attn_dim=8, num_heads=2, batch_tokens=40, max_epochs=50)
+sys.exit(_run("train-lm", lambda: train_lm(cfg)))
+"""
+
+
+def test_sigterm_stops_train_lm_after_the_step_with_its_state_saved(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(SENTENCES) + "\n")
+    out = tmp_path / "lm"
+    args = [sys.executable, "-c", SIGTERM_AT_STEP_3, str(tokenizer.path), str(out), str(text)]
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=120)
+    state = Path(f"{out}.train.pt")
+    assert proc.returncode == 143, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"srupp-asr train-lm: terminated (SIGTERM) after step 3: saved {state}; resume with --resume"
+    )
+    assert torch.load(state, weights_only=True)["progress"]["step"] == 3
