@@ -11,6 +11,8 @@ import gzip
 import json
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ import pytest
 from srupp_asr.cli import main
 from srupp_asr.data import load_cuts
 from srupp_asr.errors import UserError
+from srupp_asr.fileio import temp_prefix
 from srupp_asr.synth.augment import colored_noise, draw_variation, room_impulse_response, telephone
 from srupp_asr.synth.corpus import build_corpus, plan_corpus, select_voices
 from srupp_asr.synth.splits import split_voices
@@ -366,7 +369,16 @@ def test_builds_are_deterministic_and_resumable(tmp_path):
     manifest_before = (tmp_path / "a" / "manifests" / "dev_cuts.jsonl.gz").read_bytes()
     stamps = {rel: (tmp_path / "a" / rel).stat().st_mtime_ns for rel in flacs if rel != flacs[4]}
     victim.unlink()
+    # What a build killed mid-write left in an audio folder (its writer is dead): the rerun removes it.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / "a" / flacs[0].parent / f"{temp_prefix().split('-')[0]}-{dead.pid}-abcdefgh.tmp.flac"
+    stale.write_bytes(b"half")
+    live = stale.with_name(f"{temp_prefix()}ijklmnop.tmp.flac")  # a live writer's (this process): kept
+    live.write_bytes(b"being written")
     again = build_corpus(tmp_path / "a", jobs=2, **kwargs)
+    assert not stale.exists() and live.exists()
+    live.unlink()
     assert (again.synthesized, again.reused, again.failed) == (1, 11, [])
     assert victim.read_bytes() == original
     assert {rel: (tmp_path / "a" / rel).stat().st_mtime_ns for rel in stamps} == stamps

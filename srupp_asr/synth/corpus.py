@@ -53,7 +53,7 @@ from tqdm import tqdm
 
 from srupp_asr.data import save_cuts
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_output, atomic_write_text, read_text
+from srupp_asr.fileio import atomic_output, atomic_write_text, read_text, remove_stale_temps
 from srupp_asr.synth.augment import SAMPLE_RATE, Variation, apply_variation, draw_variation, variation_settings
 from srupp_asr.synth.splits import HELD_OUT_DONORS, SPLITS, VoiceSplit, describe_splits, split_voices
 from srupp_asr.synth.texts import MAX_WORDS, MIN_WORDS, Sentence, SourceReport, collect_sentences, filter_sentences
@@ -499,8 +499,8 @@ def build_corpus(
         raise UserError(f"{texts_from}: {str(err).removeprefix('sentences: ')}") from None
 
     out_dir.mkdir(parents=True, exist_ok=True)  # only now: a refused build leaves no folder behind
-    for leftover in (out_dir / "audio").glob("*/*/.*.tmp.flac"):  # from a build that was killed mid-write
-        leftover.unlink()
+    for folder in (out_dir / "audio").glob("*/*/"):  # what a build killed mid-write left (never a live build's)
+        remove_stale_temps(folder)
     if fresh:
         _save_sentence_pool(out_dir, sentences, sources)
     paths = {utt.id: utt.path(out_dir) for utt in plan}
