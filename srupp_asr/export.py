@@ -238,7 +238,6 @@ def _select_from_dir(folder: Path, num: int, metric: str | None, mode: str | Non
 def _select_from_list(paths: list[Path], num: int | None, metric: str | None, mode: str | None) -> Selection:
     if not paths:
         raise UserError("no checkpoints given")
-    _check_distinct(paths)
     records = [_read_record(p) for p in paths]
     rank = num is not None and num < len(paths)
     try:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
+import shutil
 import socket
 import stat
 import tempfile
@@ -22,6 +24,7 @@ _TEMP_NAME = re.compile(r"^\.([0-9a-f]{6})-(\d+)-")
 _swept: set[str] = set()  # folders whose leftovers this process has removed already
 
 
+@functools.cache
 def _host_tag() -> str:
     return hashlib.blake2s(socket.gethostname().encode(), digest_size=3).hexdigest()
 
@@ -44,8 +47,6 @@ def _alive(pid: int) -> bool:
 def remove_stale_temps(folder: str | os.PathLike, force: bool = False) -> list[Path]:
     """Delete the temporary files and folders that writers on this host, now dead, left in ``folder`` (a write
     killed with ``kill -9``); returns what was removed. Each folder is swept once per process unless ``force``."""
-    import shutil
-
     folder = Path(folder)
     key = os.path.abspath(folder)
     if key in _swept and not force:

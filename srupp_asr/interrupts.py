@@ -26,25 +26,18 @@ class Terminated(BaseException):
 _state = {"defer": False, "pending": False}
 
 
-def _handler(main_pid: int):
-    def handle(signum: int, frame) -> None:
-        if os.getpid() != main_pid:  # a forked worker (data loading): end it as the default action would
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        if not _state["defer"]:
-            raise Terminated("terminated (SIGTERM)")
-        _state["pending"] = True  # the deferring loop stops at its next safe point (see sigterm_pending)
-
-    handle.srupp_handler = True
-    return handle
+def _handle(signum: int, frame) -> None:
+    """The handler :func:`sigterm_raises` installs (forked children get the default back: ``_default_in_child``)."""
+    if not _state["defer"]:
+        raise Terminated("terminated (SIGTERM)")
+    _state["pending"] = True  # the deferring loop stops at its next safe point (see sigterm_pending)
 
 
 def _default_in_child() -> None:
     """After a fork, give the child SIGTERM's default action back: a Python handler runs only between bytecodes,
     so a worker blocked in C (a lock, a library call) would never act on it, and the parent that terminates its
     pool (``Pool.terminate`` sends SIGTERM, then waits) would wait for ever."""
-    if getattr(signal.getsignal(signal.SIGTERM), "srupp_handler", False):
+    if signal.getsignal(signal.SIGTERM) is _handle:
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -56,7 +49,7 @@ os.register_at_fork(after_in_child=_default_in_child)
 def sigterm_raises() -> Iterator[None]:
     """Within the block, SIGTERM raises :class:`Terminated` in this process (a no-op outside the main thread)."""
     try:
-        previous = signal.signal(signal.SIGTERM, _handler(os.getpid()))
+        previous = signal.signal(signal.SIGTERM, _handle)
     except ValueError:  # not the main thread: signals cannot be handled here
         yield
         return
