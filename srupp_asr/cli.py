@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 from srupp_asr import __version__
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.interrupts import EXIT_STATUS as TERMINATED_STATUS
 from srupp_asr.interrupts import Terminated, sigterm_raises
 
 # command -> (module with its add_parser, one-line help shown by `srupp-asr --help`)
@@ -111,7 +110,7 @@ def _run(command: str, fn) -> int:
     except Terminated as err:
         if str(err):  # empty: a process that is not the one the user started (a DDP rank) stops quietly
             print(f"srupp-asr {command}: {first_line(err)}", file=sys.stderr)
-        return TERMINATED_STATUS
+        return err.status
     except KeyboardInterrupt:  # Ctrl-C: outputs are written atomically, so stop with one line, as shells expect
         print(f"srupp-asr {command}: interrupted", file=sys.stderr)
         return 130

@@ -166,28 +166,39 @@ class ASRDataset(torch.utils.data.Dataset):
         self.reverb_prob = reverb_prob
         self._rng_pid: int | None = None
 
-    def _random(self) -> random.Random:
-        """The per-process random generator (created lazily so that every DataLoader worker draws its own)."""
-        if self._rng_pid != os.getpid():
-            self._rng = random.Random(int(torch.randint(0, 2**62, ())))
-            self._rng_pid = os.getpid()
-            self._mix = None
-            if self.noise_cuts is not None and self.noise_prob > 0:
-                self._mix = CutMix(
-                    self.noise_cuts,
-                    snr=self.snr_range,
-                    p=self.noise_prob,
-                    pad_to_longest=False,
-                    preserve_id=True,
-                    seed=self._rng,
-                )
-            self._reverb = None
-            if self.reverb_prob > 0:
-                self._reverb = ReverbWithImpulseResponse(p=self.reverb_prob, randgen=self._rng, preserve_id=True)
+    @property
+    def augments(self) -> bool:
+        """Whether any augmentation is configured (without one, the dataset draws no random numbers)."""
+        return bool(self.speed_perturb) or (self.noise_cuts is not None and self.noise_prob > 0) or self.reverb_prob > 0
+
+    def _random(self, seed: int | None = None) -> random.Random:
+        """The per-process random generator (created lazily so that every DataLoader worker draws its own), seeded
+        with ``seed`` when given, else, once per process, from torch's global generator."""
+        if self._rng_pid == os.getpid():
+            if seed is not None:
+                self._rng.seed(seed)
+            return self._rng
+        self._rng = random.Random(int(torch.randint(0, 2**62, ())) if seed is None else seed)
+        self._rng_pid = os.getpid()
+        self._mix = None
+        if self.noise_cuts is not None and self.noise_prob > 0:
+            self._mix = CutMix(
+                self.noise_cuts,
+                snr=self.snr_range,
+                p=self.noise_prob,
+                pad_to_longest=False,
+                preserve_id=True,
+                seed=self._rng,
+            )
+        self._reverb = None
+        if self.reverb_prob > 0:
+            self._reverb = ReverbWithImpulseResponse(p=self.reverb_prob, randgen=self._rng, preserve_id=True)
         return self._rng
 
     def augment(self, cuts: CutSet) -> CutSet:
         """Apply the configured augmentations to a batch of cuts (no audio is read)."""
+        if not self.augments:
+            return cuts  # and no draw from torch's generator, which would shift the training run's dropout masks
         rng = self._random()
         if self.speed_perturb:
             perturbed = []
@@ -205,7 +216,8 @@ class ASRDataset(torch.utils.data.Dataset):
         """Load, augment, tokenise and pad one batch of cuts (a :class:`SeededBatch` fixes its augmentation)."""
         if isinstance(cuts, SeededBatch):
             # The batch's own seed, not the process's stream: a resumed run augments it as the first run did.
-            self._random().seed(cuts.seed)
+            if self.augments:
+                self._random(cuts.seed)
             cuts = cuts.cuts
         cuts = CutSet.from_cuts(c if c.sampling_rate == SAMPLE_RATE else c.resample(SAMPLE_RATE) for c in cuts)
         cuts = self.augment(cuts)

@@ -23,8 +23,9 @@ Added to what LightningCLI offers:
   is installed, ``<trainer.default_root_dir>/tensorboard``; the resolved config is saved beside them;
 - ``fit`` holds a lock on ``<trainer.default_root_dir>/.train.lock``: a second ``fit`` into the same folder while
   one runs is refused (their checkpoints would mix);
-- SIGTERM (``kill``, a scheduler's stop) ends training after the current step: :class:`StopCheckpoint` saves the
-  last checkpoint there and the command exits with status 143, so ``--ckpt_path last`` goes on from that step.
+- SIGTERM (``kill``, a scheduler's stop) or a first Ctrl-C ends training after the current step (or validation
+  batch): :class:`StopCheckpoint` saves the last checkpoint there and the command exits with status 143 (130 for
+  Ctrl-C), so ``--ckpt_path last`` goes on from that step; a second Ctrl-C stops at once, saving nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import functools
 import logging
 import os
 import re
+import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from srupp_asr.checks import ConfigValueError
 from srupp_asr.errors import UserError, first_line
 from srupp_asr.fileio import read_yaml_mapping
-from srupp_asr.interrupts import Terminated, defer_sigterm
+from srupp_asr.interrupts import EXIT_STATUS, INTERRUPTED_STATUS, Terminated, defer_sigint, defer_sigterm
 
 if TYPE_CHECKING:
     from lightning.pytorch.cli import LightningCLI
@@ -61,7 +63,7 @@ CHECKPOINT_DEFAULTS = {
 CKPT_PATH_NAMES = ("last", "best", "hpc")  # what Lightning resolves itself (and "registry[:...]")
 LOCK_FILE = ".train.lock"  # in default_root_dir, held by a running fit
 _held_locks: list[int] = []  # file descriptors of the locks this process holds (released when run_train returns)
-_stop_saved: dict[str, Any] = {}  # what StopCheckpoint saved at a SIGTERM stop: {"path": ..., "step": ...}
+_stop_saved: dict[str, Any] = {}  # StopCheckpoint's stop: {"reason": "SIGTERM"|"Ctrl-C", "path": ..., "step": ...}
 
 
 def checkpoint_dir(default_root_dir: str | os.PathLike[str] | None) -> str:
@@ -172,51 +174,87 @@ def stop_checkpoint_class() -> type:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     class StopCheckpoint(Callback):
-        """Stop at a step's end on SIGTERM, on every rank at the same step, and save ``last.ckpt`` (the run's
+        """Stop on SIGTERM or a first Ctrl-C, on every rank at the same step, and save ``last.ckpt`` (the run's
         ModelCheckpoint's) there, so ``--ckpt_path last`` resumes from that step.
 
         Lightning's own SIGTERM handler is replaced (before it is registered): under DDP it broadcasts from
         inside the handler, wherever the signal lands, and that broadcast pairs with another collective of the
-        other ranks (a gradient all-reduce), so a run crashed or hung. Here the handler only notes the signal
-        (and passes it on to the processes Lightning started); at each training step's end the ranks agree
-        whether any of them saw it, and all set Lightning's flag, which stops them after that step."""
+        other ranks (a gradient all-reduce), so a run crashed or hung. Here the handlers only note the signal
+        (SIGTERM is passed on to the processes Lightning started; a Ctrl-C reaches them from the terminal); at
+        each training step's end the ranks agree whether any of them saw one, and all set Lightning's flag,
+        which stops them after that step. A signal that comes during validation stops a single process after
+        the validation batch under way (the resumed run validates at its next check); DDP ranks may have
+        different numbers of validation batches, so they agree when validation ends. A second Ctrl-C stops at
+        once, saving nothing."""
 
         def __init__(self) -> None:
-            self._seen = False
+            self._reason: str | None = None
 
         def setup(self, trainer, pl_module, stage: str) -> None:
             """Put :meth:`_notice` in the place of Lightning's SIGTERM handler (registered after this hook)."""
             connector = getattr(trainer, "_signal_connector", None)
             if connector is not None and hasattr(connector, "_sigterm_notifier_fn"):
                 connector._sigterm_notifier_fn = self._notice
-            self._trainer, self._seen = trainer, False
+            self._trainer, self._reason = trainer, None
 
         def _notice(self, signum: int, frame: Any) -> None:
             log.info("received SIGTERM: stopping after this step")
             launcher = self._trainer.strategy.launcher
-            if not self._seen and launcher is not None:
+            if self._reason is None and launcher is not None:
                 launcher.kill(signum)  # the processes it started stop too
-            self._seen = True
+            self._reason = self._reason or "SIGTERM"
+
+        def _interrupted(self) -> None:
+            if self._trainer.is_global_zero:
+                print(
+                    "\nCtrl-C: stopping after this step and saving a checkpoint (Ctrl-C again: stop now, save nothing)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self._reason = self._reason or "Ctrl-C"
 
         def on_train_start(self, trainer, pl_module) -> None:
-            """From here on a SIGTERM stops training at a step's end: the CLI's handler must not raise at once."""
+            """From here on SIGTERM and a first Ctrl-C stop training at a step's end: the CLI's handlers must not
+            raise at once."""
             defer_sigterm(True)
+            defer_sigint(self._interrupted)
 
-        def on_train_batch_end(self, trainer, pl_module, outputs: Any, batch: Any, batch_idx: int) -> None:
-            """Whether any rank saw SIGTERM (all ranks call this at the same step): then Lightning stops them all."""
-            seen = self._seen
+        def _agree(self, trainer) -> None:
+            """Whether any rank saw a stop signal (all ranks call this at the same point): then Lightning stops
+            them all."""
+            seen = self._reason is not None
             if trainer.world_size > 1:
                 seen = trainer.strategy.reduce_boolean_decision(seen, all=False)
             if seen:
                 trainer._signal_connector.received_sigterm = True
 
+        def on_train_batch_end(self, trainer, pl_module, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self._agree(trainer)
+
+        def on_validation_batch_end(self, trainer, pl_module, outputs: Any, batch: Any, batch_idx: int, *_) -> None:
+            """A single process stops validation here (Lightning raises after this hook, unless it was the last
+            batch: then it stops once validation ends)."""
+            if trainer.world_size == 1 and self._in_fit_validation(trainer) and self._reason is not None:
+                trainer._signal_connector.received_sigterm = True
+
+        def on_validation_end(self, trainer, pl_module) -> None:
+            """DDP ranks agree here, all at once; Lightning stops them before the next training step."""
+            if self._in_fit_validation(trainer):
+                self._agree(trainer)
+
+        @staticmethod
+        def _in_fit_validation(trainer) -> bool:
+            return trainer.state.fn == "fit" and not trainer.sanity_checking
+
         def teardown(self, trainer, pl_module, stage: str) -> None:
             defer_sigterm(False)
+            defer_sigint(None)
 
         def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-            """Save ``last.ckpt`` when the exception is Lightning's SIGTERM stop (every rank takes part)."""
+            """Save ``last.ckpt`` when the exception is Lightning's stop (every rank takes part)."""
             if not isinstance(exception, SIGTERMException):
                 return
+            _stop_saved["reason"] = self._reason or "SIGTERM"  # another rank's signal: this rank's own is unknown
             checkpoint = trainer.checkpoint_callback
             if not isinstance(checkpoint, ModelCheckpoint) or checkpoint.dirpath is None:
                 return
@@ -361,7 +399,9 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         if isinstance(err, SIGTERMException):  # Lightning's stop after SIGTERM (a SystemExit that would exit 0)
-            raise Terminated(_stopped_message() if _is_rank_zero() else "") from None  # the other ranks: quiet
+            status = INTERRUPTED_STATUS if _stop_saved.get("reason") == "Ctrl-C" else EXIT_STATUS
+            message = _stopped_message() if _is_rank_zero() else ""  # the other ranks: quiet
+            raise Terminated(message, status) from None
         if isinstance(err.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after Ctrl-C: the CLI's 130
             raise KeyboardInterrupt from None
         raise
@@ -370,13 +410,11 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
 
 
 def _stopped_message() -> str:
-    """What :class:`StopCheckpoint` did, for the one line the CLI prints at a SIGTERM stop."""
-    if not _stop_saved:
-        return "terminated (SIGTERM); no checkpoint saved at the stop"
-    return (
-        f"terminated (SIGTERM) after step {_stop_saved['step']}: saved {_stop_saved['path']};"
-        " resume with --ckpt_path last"
-    )
+    """What :class:`StopCheckpoint` did, for the one line the CLI prints at a SIGTERM or Ctrl-C stop."""
+    how = "interrupted (Ctrl-C)" if _stop_saved.get("reason") == "Ctrl-C" else "terminated (SIGTERM)"
+    if "path" not in _stop_saved:
+        return f"{how}; no checkpoint saved at the stop"
+    return f"{how} after step {_stop_saved['step']}: saved {_stop_saved['path']}; resume with --ckpt_path last"
 
 
 def _one_line(message: str, argv: Sequence[str], configs: Sequence[str]) -> str:

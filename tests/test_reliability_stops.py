@@ -38,16 +38,36 @@ TOTAL_STEPS = 10  # the corpus makes 6 batches an epoch: the runs cross an epoch
 NO_STEP_CHECKPOINTS = 1000  # every_n_train_steps beyond the runs' ends
 
 
-class TermAtStep(L.Callback):
-    """Sends SIGTERM (or ``sig``) to its own process as step ``step`` starts (what ``kill PID`` or a scheduler
-    does; SIGINT: Ctrl-C)."""
+def send(sig: str, times: int = 1) -> None:
+    """Send ``sig`` ``times`` times: to this process (what ``kill PID`` or a scheduler does), or with ``SIGINT`` to
+    its whole process group, data-loader workers included (what Ctrl-C in a terminal does)."""
+    for _ in range(times):
+        if sig == "SIGINT":
+            os.killpg(os.getpgid(0), signal.SIGINT)
+        else:
+            os.kill(os.getpid(), getattr(signal, sig))
 
-    def __init__(self, step: int, sig: str = "SIGTERM") -> None:
-        self.step, self.sig = step, sig
+
+class TermAtStep(L.Callback):
+    """Sends ``sig`` (SIGTERM by default) ``times`` times as step ``step`` starts (under DDP: from rank 0 only)."""
+
+    def __init__(self, step: int, sig: str = "SIGTERM", times: int = 1) -> None:
+        self.step, self.sig, self.times = step, sig, times
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        if trainer.global_step == self.step and trainer.global_rank == 0:  # under DDP: rank 0 only, as `kill PID`
-            os.kill(os.getpid(), getattr(signal, self.sig))
+        if trainer.global_step == self.step and trainer.global_rank == 0:
+            send(self.sig, self.times)
+
+
+class TermInValidation(L.Callback):
+    """Sends SIGTERM as the first validation batch after step ``step`` starts."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_validation_batch_start(self, trainer: L.Trainer, module: L.LightningModule, *args: Any) -> None:
+        if trainer.global_step == self.step and args[1] == 0 and not trainer.sanity_checking:
+            send("SIGTERM")
 
 
 @pytest.fixture(scope="module")
@@ -71,27 +91,40 @@ def straight(corpus, overrides, tmp_path_factory) -> dict[str, torch.Tensor]:
 
 # Stops in mid-epoch 0, at its end, in mid-epoch 1. The checkpoint at the stop is written at the epoch's end
 # (every=0: Lightning counts the epoch as processed, not completed) or at the end of training (every=1000: it
-# counts it as completed, and would go on with the next epoch).
-@pytest.mark.parametrize(("stop", "every"), [(3, 0), (8, 0), (3, NO_STEP_CHECKPOINTS), (6, NO_STEP_CHECKPOINTS)])
+# counts it as completed, and would go on with the next epoch). The last case validates at every epoch's end, as
+# the recipes do (validation once drew from torch's generator, which shifted the runs' dropout masks).
+@pytest.mark.parametrize(
+    ("stop", "every", "validate"),
+    [(3, 0, False), (8, 0, False), (3, NO_STEP_CHECKPOINTS, False), (6, NO_STEP_CHECKPOINTS, False), (6, 0, True)],
+)
 def test_a_max_steps_stop_resumed_with_more_steps_ends_where_an_uninterrupted_run_does(
-    corpus, overrides, straight, tmp_path, stop, every
+    corpus, overrides, straight, tmp_path, stop, every, validate
 ):
     root = tmp_path / "exp"
-    srupp_asr_train(run_args(corpus, root, tmp_path / "first", overrides, stop, every))
+    validation = ["--trainer.limit_val_batches=3"] if validate else []
+    srupp_asr_train([*run_args(corpus, root, tmp_path / "first", overrides, stop, every), *validation])
     assert load_checkpoint(root / "checkpoints" / "last.ckpt")["global_step"] == stop
-    resume = [*run_args(corpus, root, tmp_path / "weights", overrides, TOTAL_STEPS, every), "--ckpt_path=last"]
+    resume = [*run_args(corpus, root, tmp_path / "weights", overrides, TOTAL_STEPS, every), *validation]
+    resume.append("--ckpt_path=last")
     srupp_asr_train(resume)
     assert json.loads((tmp_path / "weights" / "rank0.json").read_text())["global_step"] == TOTAL_STEPS
     assert_same_weights(straight, load_weights(tmp_path / "weights" / "rank0.pt"), f" (stopped at step {stop})")
 
 
-def train_with_signal(args: list[str], sig: str, step: int) -> subprocess.CompletedProcess:
-    """``srupp-asr train ARGS`` that sends itself ``sig`` as step ``step`` starts."""
-    signal_at = [
-        "--trainer.callbacks+=tests.test_reliability_stops.TermAtStep",
-        f"--trainer.callbacks.step={step}",
-        f"--trainer.callbacks.sig={sig}",
-    ]
+def train_with_signal(
+    args: list[str], sig: str, step: int, times: int = 1, in_validation: bool = False
+) -> subprocess.CompletedProcess:
+    """``srupp-asr train ARGS`` that sends itself ``sig`` ``times`` times as step ``step`` starts (or SIGTERM as
+    the validation after step ``step`` starts)."""
+    if in_validation:
+        signal_at = ["--trainer.callbacks+=tests.test_reliability_stops.TermInValidation"]
+    else:
+        signal_at = [
+            "--trainer.callbacks+=tests.test_reliability_stops.TermAtStep",
+            f"--trainer.callbacks.sig={sig}",
+            f"--trainer.callbacks.times={times}",
+        ]
+    signal_at.append(f"--trainer.callbacks.step={step}")
     env = {**os.environ, "PYTHONPATH": str(REPO), "SRUPP_ASR_TRUSTED_CLASSES": "tests"}
     cmd = [sys.executable, "-m", "srupp_asr.cli", "train", *args, *signal_at]
     # A session of its own, so that a hang (a rank waiting for ever) fails the test and ends every rank.
@@ -136,10 +169,59 @@ def test_sigterm_to_rank_0_of_a_ddp_run_stops_every_rank_with_one_checkpoint(cor
     assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["last.ckpt"]
 
 
-def test_ctrl_c_in_training_is_one_line_and_exit_130(corpus, overrides, tmp_path):
-    proc = train_with_signal(run_args(corpus, tmp_path / "exp", tmp_path / "weights", overrides, 4), "SIGINT", 2)
+def stop_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("srupp-asr train:")]
+
+
+def test_sigterm_during_validation_stops_it_saves_the_step_and_the_resume_matches(
+    corpus, overrides, straight, tmp_path
+):
+    """Validation after step 3 (of 6 an epoch) is stopped after its first batch, not run to its end and followed
+    by another training step: a scheduler's grace period may be shorter than a validation pass."""
+    root = tmp_path / "exp"
+    validate = ["--trainer.limit_val_batches=3", "--trainer.val_check_interval=3"]
+    args = [*run_args(corpus, root, tmp_path / "weights", overrides, TOTAL_STEPS), *validate]
+    proc = train_with_signal(args, "SIGTERM", 3, in_validation=True)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    last = root / "checkpoints" / "last.ckpt"
+    assert stop_lines(proc) == [
+        f"srupp-asr train: terminated (SIGTERM) after step 3: saved {last}; resume with --ckpt_path last"
+    ]
+    assert load_checkpoint(last)["global_step"] == 3
+    metrics = (root / "csv" / "version_0" / "metrics.csv").read_text()
+    assert "valid/loss" not in metrics.splitlines()[0] or all(
+        not row.split(",")[0] for row in metrics.splitlines()[1:]
+    ), "the stopped validation logged a loss"
+    srupp_asr_train([*args, "--ckpt_path=last"])
+    assert json.loads((tmp_path / "weights" / "rank0.json").read_text())["global_step"] == TOTAL_STEPS
+    # Against the run without validation: validation must not shift training's random draws either.
+    assert_same_weights(straight, load_weights(tmp_path / "weights" / "rank0.pt"))
+
+
+def test_ctrl_c_stops_after_the_step_saves_it_exits_130_and_the_resume_matches(corpus, overrides, straight, tmp_path):
+    """Ctrl-C reaches the whole process group, the data-loader workers too: they must not die of it (the parent
+    stops them after the step), and the checkpoint of that step resumes to the uninterrupted run's weights."""
+    root = tmp_path / "exp"
+    args = [*run_args(corpus, root, tmp_path / "weights", overrides, TOTAL_STEPS), "--data.num_workers=2"]
+    proc = train_with_signal(args, "SIGINT", 2)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    last = root / "checkpoints" / "last.ckpt"
+    assert stop_lines(proc) == [
+        f"srupp-asr train: interrupted (Ctrl-C) after step 3: saved {last}; resume with --ckpt_path last"
+    ]
+    # Once: the data-loader workers (the signal reaches them too) ignore it while the parent handles it.
+    assert proc.stderr.count("Ctrl-C: stopping after this step") == 1, proc.stderr[-3000:]
+    assert load_checkpoint(last)["global_step"] == 3
+    srupp_asr_train([*args, "--ckpt_path=last"])
+    assert_same_weights(straight, load_weights(tmp_path / "weights" / "rank0.pt"))
+
+
+def test_a_second_ctrl_c_stops_at_once_with_one_line_and_exit_130(corpus, overrides, tmp_path):
+    root = tmp_path / "exp"
+    proc = train_with_signal(run_args(corpus, root, tmp_path / "weights", overrides, 4), "SIGINT", 2, times=2)
     assert proc.returncode == 130, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == "srupp-asr train: interrupted"
+    assert not (root / "checkpoints" / "last.ckpt").exists()  # nothing saved: no step checkpoints in this run
 
 
 def test_a_second_fit_into_a_folder_a_running_fit_writes_to_is_refused(corpus, tmp_path, capsys):
@@ -250,3 +332,31 @@ def test_a_forked_worker_gets_sigterms_default_action_back():
         """
     )
     assert subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=60).returncode == 0
+
+
+def test_a_deferred_ctrl_c_notices_once_raises_the_second_time_and_forked_workers_ignore_it():
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        from srupp_asr.interrupts import defer_sigint
+
+        notices = []
+        defer_sigint(lambda: notices.append(1))
+        pid = os.fork()
+        if pid == 0:  # a data-loader worker: the terminal's Ctrl-C reaches it too, and must not kill it
+            os._exit(0 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the forked child does not ignore SIGINT"
+        os.kill(os.getpid(), signal.SIGINT)
+        assert notices == [1]
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            sys.exit(4)
+        except KeyboardInterrupt:
+            pass
+        defer_sigint(None)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=60, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
