@@ -32,8 +32,8 @@ import yaml
 
 from srupp_asr.audio import SAMPLE_RATE, load_audio
 from srupp_asr.decoding import MODES, DecodingOptions, decode, decode_encoded
-from srupp_asr.export import load_model
 from srupp_asr.model import ASRModel
+from srupp_asr.model_dir import load_model
 from srupp_asr.tokenizer import Tokenizer
 
 REPO = Path(__file__).resolve().parent.parent

@@ -94,8 +94,8 @@ def random_model(folder: Path) -> Path:
     """A randomly initialised model directory of the overfit test model's size (tests/test_training_acceptance.py)."""
     import torch
 
-    from srupp_asr.export import export_model
     from srupp_asr.model import ASRModel
+    from srupp_asr.model_dir import export_model
     from srupp_asr.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.train(SENTENCES, folder / "tokenizer.model", vocab_size=40, model_type="char")

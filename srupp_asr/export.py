@@ -1,22 +1,10 @@
-"""From a training run to a model directory: pick the best checkpoints, average their weights, export, load.
-
-A finished model is a directory that inference reads without unpickling anything::
-
-    MODEL_DIR/config.yaml         format_version, sample_rate and the ASRModel constructor arguments
-    MODEL_DIR/model.safetensors   the ASRModel state dict (CMVN stats included), keys without Lightning's prefix
-    MODEL_DIR/tokenizer.model     the sentencepiece model the weights were trained with
-
-or, written with a shard size limit (``--max-shard-size``) that the weights exceed, the state dict split as Hugging
-Face splits it: ``model-00001-of-0000N.safetensors`` ... and ``model.safetensors.index.json`` (``{"metadata":
-{"total_size": bytes of tensor data}, "weight_map": {tensor: shard file}}``). With an index, every ``*.safetensors``
-file of the directory must be a shard it lists: a stray one is an error, not ignored, so a mixed-up copy is noticed.
-Floating weights may be stored as float16 or bfloat16 (``--dtype``; CMVN stats stay float32); loading casts them
-back into the float32 model.
+"""From a training run to a model directory: pick the best checkpoints, average their weights, export them.
 
 ``srupp-asr average --exp-dir EXP --num 10 --out MODEL_DIR`` averages the 10 best checkpoints of a run by the
 metric its ``ModelCheckpoint`` monitored, as ESPnet and WeNet do. A checkpoint's score is read from the callback
 state Lightning stores inside it (``best_k_models`` holds the file's own score at the moment it was written), never
-from its file name. ``last.ckpt`` is left out unless ``--include-last`` asks for the final weights as well.
+from its file name. ``last.ckpt`` is left out unless ``--include-last`` asks for the final weights as well. The
+model directory it writes, and how it is read, are in :mod:`srupp_asr.model_dir`.
 """
 
 from __future__ import annotations
@@ -24,39 +12,26 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
-import json
 import logging
 import math
 import os
 import re
-import shutil
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
-from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.checkpoints import load_checkpoint
-from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import atomic_output, atomic_write_text, make_temp_dir, read_text, read_yaml_mapping
+from srupp_asr.errors import UserError
 from srupp_asr.model import ASRModel
+from srupp_asr.model_dir import STORAGE_DTYPES, check_replaceable, export_model, is_cmvn_key
 from srupp_asr.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
-CONFIG_FILE = "config.yaml"
-WEIGHTS_FILE = "model.safetensors"
-WEIGHTS_INDEX_FILE = "model.safetensors.index.json"  # present instead of WEIGHTS_FILE when the weights are sharded
-SHARD_FILE = "model-{:05d}-of-{:05d}.safetensors"
-STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-TOKENIZER_FILE = "tokenizer.model"
-MODEL_PREFIX = "model."  # ASRLightningModule holds the network as ``self.model``
 MODES = ("min", "max")
 DEFAULT_NUM = 10
 # ASRModel arguments that shape only the training loss or input noise: checkpoints may differ in them (a run
@@ -282,10 +257,6 @@ def _model_hparams(ckpt: Mapping[str, Any]) -> dict[str, Any]:
     return {name: hparams[name] for name in _model_arg_names() if name in hparams}
 
 
-def _is_cmvn(key: str) -> bool:
-    return key.endswith(("cmvn.mean", "cmvn.istd"))
-
-
 def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.Tensor]:
     """The mean of the checkpoints' weights (float64 sums, cast back); integer buffers from the latest checkpoint;
     CMVN stats, which must be identical, as they are. Keys as in the checkpoints (Lightning's ``model.`` prefix)."""
@@ -308,7 +279,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.T
         newest = latest_step is None or step >= latest_step
         latest_step = step if newest else latest_step
         for key, value in weights.items():
-            if _is_cmvn(key):
+            if is_cmvn_key(key):
                 kept.setdefault(key, value.clone())
             elif value.is_floating_point():
                 total = value.to(torch.float64, copy=True)
@@ -340,7 +311,7 @@ def _check_same_model(
         if value.shape != ref.shape or value.dtype != ref.dtype:
             detail = f"{key} is {value.dtype} {tuple(value.shape)}, there {ref.dtype} {tuple(ref.shape)}"
             raise UserError(f"{path}: not the same model as {first_path.name} ({detail})")
-        if _is_cmvn(key) and not torch.equal(value, ref):
+        if is_cmvn_key(key) and not torch.equal(value, ref):
             raise UserError(f"{path}: its CMVN stats ({key}) differ from {first_path.name}'s (a different run?)")
 
 
@@ -362,450 +333,6 @@ def model_config_from_checkpoint(
             raise UserError(f"{tokenizer}: the run's tokenizer (named in {path.name}) not found; give --tokenizer")
     tokenizer = Path(tokenizer)
     return {"vocab_size": Tokenizer(tokenizer).vocab_size, **_model_hparams(ckpt)}, tokenizer
-
-
-# ------------------------------------------------------------------------------------------ model directories
-
-
-def _strip_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """ASRModel's keys: Lightning's ``model.`` prefix removed where every key has it."""
-    if state_dict and all(k.startswith(MODEL_PREFIX) for k in state_dict):
-        return {k[len(MODEL_PREFIX) :]: v for k, v in state_dict.items()}
-    return dict(state_dict)
-
-
-def weights_problem(model: torch.nn.Module, weights: Mapping[str, torch.Tensor]) -> str | None:
-    """What keeps ``weights`` from loading into ``model`` exactly (missing, unexpected or misshapen), or None."""
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in weights]
-    unexpected = [k for k in weights if k not in expected]
-    if missing or unexpected:
-        parts = [
-            f"{label} weights {_few(keys)}"
-            for label, keys in (("missing", missing), ("unexpected", unexpected))
-            if keys
-        ]
-        return "; ".join(parts)
-    for key, value in expected.items():
-        if weights[key].shape != value.shape:
-            return f"{key} has shape {tuple(weights[key].shape)}, the model expects {tuple(value.shape)}"
-    return None
-
-
-def _few(keys: Sequence[str]) -> str:
-    shown = ", ".join(keys[:3])
-    return shown if len(keys) <= 3 else f"{shown} (+{len(keys) - 3} more)"
-
-
-def check_replaceable(out_dir: str | os.PathLike) -> None:
-    """Raise UserError unless ``out_dir`` is free, an empty directory or a model directory (which export replaces)."""
-    out_dir = Path(out_dir)
-    if not out_dir.exists():
-        return
-    has_weights = (out_dir / WEIGHTS_FILE).is_file() or (out_dir / WEIGHTS_INDEX_FILE).is_file()
-    is_model = (out_dir / CONFIG_FILE).is_file() and has_weights
-    if not out_dir.is_dir() or not (is_model or not any(out_dir.iterdir())):
-        raise UserError(f"{out_dir}: exists and is not a srupp-asr model directory; refusing to replace it")
-
-
-def export_model(
-    state_dict: Mapping[str, torch.Tensor],
-    model_config: Mapping[str, Any],
-    tokenizer_path: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    source: Mapping[str, Any] | None = None,
-    dtype: torch.dtype = torch.float32,
-    max_shard_bytes: int | None = None,
-) -> Path:
-    """Write a model directory (config.yaml, model.safetensors, tokenizer.model) atomically; ``source`` (optional)
-    records where the weights came from. An existing model directory at ``out_dir`` is replaced. Floating weights
-    are stored in ``dtype`` (CMVN stats keep float32); ``max_shard_bytes`` splits them (see :func:`write_model_dir`)."""
-    out_dir, tokenizer_path = Path(out_dir), Path(tokenizer_path)
-    tokenizer = Tokenizer(tokenizer_path)
-    if tokenizer.vocab_size != model_config.get("vocab_size"):
-        vocab = model_config.get("vocab_size")
-        raise UserError(
-            f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, model_config vocab_size {vocab}"
-        )
-    model = ASRModel(**model_config)
-    weights = {k: v.detach().to("cpu").contiguous().clone() for k, v in _strip_prefix(state_dict).items()}
-    problem = weights_problem(model, weights)
-    if problem:
-        raise UserError(f"{tokenizer_path}: the weights do not fit the model with this tokenizer ({problem})")
-    config: dict[str, Any] = {"format_version": FORMAT_VERSION, "sample_rate": SAMPLE_RATE, "model": model.config}
-    if source:
-        config["source"] = dict(source)
-    return write_model_dir(out_dir, config, _cast_for_storage(weights, dtype, out_dir), tokenizer_path, max_shard_bytes)
-
-
-def _cast_for_storage(
-    weights: Mapping[str, torch.Tensor], dtype: torch.dtype, out_dir: Path
-) -> dict[str, torch.Tensor]:
-    """``weights`` with their floating tensors in ``dtype``; CMVN stats and integer buffers keep their own dtype."""
-    if dtype not in STORAGE_DTYPES.values():
-        raise ValueError(f"storage dtype must be one of {', '.join(STORAGE_DTYPES)}, got {dtype}")
-    stored = {k: v.to(dtype) if v.is_floating_point() and not _is_cmvn(k) else v for k, v in weights.items()}
-    for key, value in stored.items():
-        if value is not weights[key] and value.isinf().any() and not weights[key].isinf().any():
-            raise UserError(f"{out_dir}: {key} has values beyond the range of {dtype} (store as bfloat16 or float32)")
-    return stored
-
-
-def write_model_dir(
-    out_dir: str | os.PathLike,
-    config: Mapping[str, Any],
-    weights: Mapping[str, torch.Tensor],
-    tokenizer_path: str | os.PathLike,
-    max_shard_bytes: int | None = None,
-) -> Path:
-    """Write ``config.yaml``, ``model.safetensors`` and a copy of the tokenizer as the directory ``out_dir``, all or
-    nothing: the files go to a hidden sibling that replaces ``out_dir`` (an empty or model directory) at the end.
-    Weights that would make a file larger than ``max_shard_bytes`` are written as shards of at most that size with
-    an index (:data:`SHARD_FILE`, :data:`WEIGHTS_INDEX_FILE`); a single tensor too big for one is a UserError."""
-    out_dir = Path(out_dir)
-    check_replaceable(out_dir)
-    shards = _pack_shards(weights, max_shard_bytes, out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = make_temp_dir(out_dir)  # what a killed export left beside it is removed first
-    try:
-        atomic_write_text(tmp / CONFIG_FILE, yaml.safe_dump(dict(config), sort_keys=False))
-        _write_weights(tmp, shards)
-        with atomic_output(tmp / TOKENIZER_FILE) as path:
-            shutil.copyfile(tokenizer_path, path)
-        _swap_in(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
-
-
-_SAFETENSORS_METADATA = {"format_version": str(FORMAT_VERSION)}
-# What a safetensors file holds besides its tensors' data, at most: the header length, the header's braces and
-# metadata, and the spaces padding the header to 8 bytes.
-_FILE_OVERHEAD = 8 + 2 + len(json.dumps({"__metadata__": _SAFETENSORS_METADATA})) + 7
-
-
-def _stored_bytes(name: str, tensor: torch.Tensor) -> int:
-    """At most what ``tensor`` adds to a safetensors file: its data and its header entry (here with the longest
-    dtype name, 20-digit offsets, json.dumps' spaces and braces, which count for more than the comma it needs)."""
-    entry = {name: {"dtype": "F8_E4M3FNUZ", "shape": list(tensor.shape), "data_offsets": [2**64, 2**64]}}
-    return tensor.nbytes + len(json.dumps(entry))
-
-
-def _pack_shards(
-    weights: Mapping[str, torch.Tensor], max_bytes: int | None, out_dir: Path
-) -> list[dict[str, torch.Tensor]]:
-    """``weights``, in order, cut into consecutive groups that each make a safetensors file of at most
-    ``max_bytes`` (one group when they all fit or there is no limit)."""
-    if max_bytes is None:
-        return [dict(weights)]
-    budget = max_bytes - _FILE_OVERHEAD
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    used = 0
-    for name, tensor in weights.items():
-        cost = _stored_bytes(name, tensor)
-        if cost > budget:
-            raise UserError(
-                f"{out_dir}: tensor {name} takes {tensor.nbytes} bytes, more than fits in a shard of {max_bytes} bytes"
-            )
-        if used + cost > budget:
-            shards.append({})
-            used = 0
-        shards[-1][name] = tensor
-        used += cost
-    return shards
-
-
-def _write_weights(folder: Path, shards: Sequence[Mapping[str, torch.Tensor]]) -> None:
-    """``folder/model.safetensors`` for one group of tensors; numbered shards and their index for several."""
-    from safetensors.torch import save_file
-
-    if len(shards) == 1:
-        names = [WEIGHTS_FILE]
-    else:
-        names = [SHARD_FILE.format(i, len(shards)) for i in range(1, len(shards) + 1)]
-    for name, shard in zip(names, shards, strict=True):
-        with atomic_output(folder / name) as path:
-            save_file(dict(shard), path, metadata=_SAFETENSORS_METADATA)
-    if len(shards) > 1:
-        weight_map = {key: name for name, shard in zip(names, shards, strict=True) for key in shard}
-        total = sum(t.nbytes for shard in shards for t in shard.values())
-        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-        atomic_write_text(folder / WEIGHTS_INDEX_FILE, json.dumps(index, indent=2) + "\n")
-
-
-def _swap_in(new: Path, target: Path) -> None:
-    """Rename directory ``new`` to ``target``; an existing ``target`` is moved aside first and removed after."""
-    if not target.exists():
-        os.rename(new, target)
-        return
-    old = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
-    os.rename(target, old)
-    try:
-        os.rename(new, target)
-    except BaseException:
-        os.rename(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def read_model_config(model_dir: str | os.PathLike) -> dict[str, Any]:
-    """The checked contents of ``model_dir/config.yaml`` (format_version 1)."""
-    path = Path(model_dir) / CONFIG_FILE
-    if not path.exists():
-        raise UserError(f"{path}: not found (not a srupp-asr model directory)")
-    data = read_yaml_mapping(path, "model config")
-    if "format_version" not in data:
-        raise UserError(f"{path}: no format_version (not a srupp-asr model config)")
-    if data["format_version"] != FORMAT_VERSION:
-        version = data["format_version"]
-        raise UserError(f"{path}: unknown format_version {version!r} (this srupp-asr reads {FORMAT_VERSION})")
-    if data.get("sample_rate", SAMPLE_RATE) != SAMPLE_RATE:
-        raise UserError(f"{path}: sample_rate {data['sample_rate']!r} is not supported (the model takes {SAMPLE_RATE})")
-    if not isinstance(data.get("model"), dict):
-        raise UserError(f"{path}: has no model settings (a 'model:' mapping)")
-    return data
-
-
-def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[ASRModel, Tokenizer]:
-    """The model (in eval mode, on ``device``) and tokenizer of a model directory; reads no pickle.
-
-    The directory is treated as untrusted: a file that could be a pickle is refused
-    (:func:`check_no_pickles`), the config is checked against the weights file's header before any real memory
-    is allocated (:func:`build_with_weights`), and only YAML, safetensors and sentencepiece are parsed."""
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        what = "is a file, not a model directory" if model_dir.exists() else "model directory not found"
-        raise UserError(f"{model_dir}: {what}")
-    check_no_pickles(model_dir)
-    config_path, tokenizer_path = model_dir / CONFIG_FILE, model_dir / TOKENIZER_FILE
-    config = read_model_config(model_dir)
-    tokenizer = None
-
-    def check_tokenizer(skeleton: torch.nn.Module) -> None:
-        nonlocal tokenizer
-        if not tokenizer_path.is_file():
-            raise UserError(f"{tokenizer_path}: not found (a model directory holds its tokenizer)")
-        tokenizer = Tokenizer(tokenizer_path)
-        if tokenizer.vocab_size != skeleton.vocab_size:
-            detail = f"tokenizer has {tokenizer.vocab_size} pieces, {CONFIG_FILE} says vocab_size {skeleton.vocab_size}"
-            raise UserError(f"{tokenizer_path}: {detail}")
-
-    model = build_with_weights(lambda: ASRModel(**config["model"]), config_path, model_dir, "model", check_tokenizer)
-    return model.to(device).eval(), tokenizer
-
-
-# Names of files that hold pickles (torch.save, joblib, numpy object arrays), and the first bytes of one.
-PICKLE_SUFFIXES = frozenset({".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".bin", ".joblib", ".npy", ".npz", ".dill"})
-_PICKLE_MAGIC = (b"PK\x03\x04", *(bytes([0x80, protocol]) for protocol in range(2, 6)))
-
-
-def check_no_pickles(folder: Path, parsed: Sequence[str] = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)) -> None:
-    """Refuse a model (or LM) directory holding a file that could be a pickle, by name or by its first bytes:
-    a directory from a stranger must not suggest that anything in it is to be unpickled. ``parsed`` files, the
-    weights index and the shards it lists are read by their own safe parsers and not sniffed (a safetensors header
-    length can begin with 0x80)."""
-    skipped = {*parsed, WEIGHTS_INDEX_FILE, *(shard.name for shard in weight_files(folder).shards)}
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        path = folder / entry.name
-        if entry.name in skipped or not entry.is_file():
-            continue
-        by_name = path.suffix.lower() in PICKLE_SUFFIXES
-        try:
-            with open(path, "rb") as f:
-                head = f.read(4)
-        except OSError:
-            head = b""
-        if by_name or head.startswith(_PICKLE_MAGIC):
-            raise UserError(
-                f"{path}: a pickle file in a model directory is refused (model directories hold config.yaml,"
-                " safetensors weights and tokenizer.model only; pickles can run code when loaded)"
-            )
-
-
-@dataclass(frozen=True)
-class WeightFiles:
-    """Where a model directory keeps its weights."""
-
-    path: Path  # model.safetensors, or the index of the shards: the file that errors about the weights name
-    shards: dict[Path, frozenset[str]]  # each shard with the tensors the index puts in it; empty for a single file
-    total_size: int | None  # the index's total bytes of tensor data
-
-
-# A shard is a file of the model directory itself: no separators, no "..", no hidden file.
-_SHARD_NAME = re.compile(r"\w[\w.-]*\.safetensors")
-
-
-def weight_files(path: str | os.PathLike) -> WeightFiles:
-    """The weights files of a model directory (``path`` may also be one safetensors file or an index): the single
-    model.safetensors, or the shards its index lists. The index is checked: JSON of the Hugging Face layout,
-    shards that are files of this directory and exist, and no ``*.safetensors`` file it does not list."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / WEIGHTS_INDEX_FILE if (path / WEIGHTS_INDEX_FILE).exists() else path / WEIGHTS_FILE
-    if path.name != WEIGHTS_INDEX_FILE:
-        return WeightFiles(path, {}, None)
-    try:
-        index = json.loads(read_text(path, "weights index"))
-    except (ValueError, RecursionError) as err:
-        raise UserError(f"{path}: not valid JSON ({first_line(err)})") from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    metadata = index.get("metadata") if isinstance(index, dict) else None
-    total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
-    if (
-        not isinstance(weight_map, dict)
-        or not all(isinstance(f, str) for f in weight_map.values())
-        or type(total_size) is not int
-    ):
-        layout = '{"metadata": {"total_size": N}, "weight_map": {tensor: file}}'
-        raise UserError(f"{path}: not a safetensors weights index (expected {layout})")
-    names: dict[str, set[str]] = {}
-    for tensor, file in weight_map.items():
-        if not _SHARD_NAME.fullmatch(file):
-            raise UserError(f"{path}: maps {tensor} to {file!r}, not a .safetensors file of this directory")
-        names.setdefault(file, set()).add(tensor)
-    folder = path.parent
-    for file in sorted(names):
-        if not (folder / file).is_file():
-            raise UserError(f"{folder / file}: {_not_a_file(folder / file)} ({path.name} lists it)")
-    for stray in sorted(folder.glob("*.safetensors")):
-        if stray.name not in names:
-            raise UserError(f"{stray}: a weights file that {path.name} does not list (remove one of them)")
-    shards = {folder / file: frozenset(tensors) for file, tensors in sorted(names.items())}
-    return WeightFiles(path, shards, total_size)
-
-
-def _read_weights(path: str | os.PathLike, shapes_only: bool) -> dict[str, torch.Tensor]:
-    """The tensors of a model directory's weights files (:func:`weight_files`), or with ``shapes_only`` meta
-    tensors of their shapes and stored dtypes (headers only); shards are checked against their index."""
-    files = weight_files(path)
-    if not files.shards:
-        return _read_safetensors(files.path, shapes_only)
-    tensors: dict[str, torch.Tensor] = {}
-    for shard, expected in files.shards.items():
-        found = _read_safetensors(shard, shapes_only)
-        absent, extra = sorted(expected - found.keys()), sorted(found.keys() - expected)
-        if absent:
-            raise UserError(f"{shard}: has no tensor {absent[0]} ({files.path.name} puts it there)")
-        if extra:
-            elsewhere = next((s.name for s, names in files.shards.items() if extra[0] in names), None)
-            where = f"which {files.path.name} puts in {elsewhere}" if elsewhere else f"not in {files.path.name}"
-            raise UserError(f"{shard}: holds tensor {extra[0]}, {where}")
-        tensors.update(found)
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
-    if total != files.total_size:
-        raise UserError(f"{files.path}: total_size is {files.total_size}, the shards hold {total} bytes of tensors")
-    return tensors
-
-
-# The dtype names of the safetensors format (its header's "dtype" field) that torch holds.
-_SAFETENSORS_DTYPES = {
-    "BOOL": torch.bool,
-    "U8": torch.uint8,
-    "I8": torch.int8,
-    "I16": torch.int16,
-    "I32": torch.int32,
-    "I64": torch.int64,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "F32": torch.float32,
-    "F64": torch.float64,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-}
-
-
-def _not_a_file(path: Path) -> str:
-    """Why ``path``, expected to be a file, is not one: ``not found`` or ``is a directory, not a file``."""
-    return "is a directory, not a file" if path.is_dir() else "not a file" if path.exists() else "not found"
-
-
-def _read_safetensors(path: Path, shapes_only: bool) -> dict[str, torch.Tensor]:
-    """The tensors of one safetensors file, or meta tensors of their shapes and dtypes (no pickle)."""
-    from safetensors import safe_open
-
-    if not path.is_file():
-        raise UserError(f"{path}: {_not_a_file(path)} (a model directory holds its weights)")
-    try:
-        with safe_open(path, framework="pt") as f:
-            if not shapes_only:
-                return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-            slices = {k: f.get_slice(k) for k in f.keys()}  # noqa: SIM118
-            unknown = sorted({s.get_dtype() for s in slices.values()} - _SAFETENSORS_DTYPES.keys())
-            if unknown:
-                raise ValueError(f"tensors of dtype {unknown[0]}, which a model cannot hold")
-            return {
-                k: torch.empty(s.get_shape(), dtype=_SAFETENSORS_DTYPES[s.get_dtype()], device="meta")
-                for k, s in slices.items()
-            }
-    except Exception as err:  # safetensors reports a bad header, truncation or a bad dtype with its own error types
-        raise UserError(f"{path}: not a readable safetensors file ({first_line(err)})") from None
-
-
-def read_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The tensors of a model directory, single file or shards (or of one safetensors file), as stored; no pickle."""
-    return _read_weights(path, shapes_only=False)
-
-
-def initial_weights(
-    path: str | os.PathLike, model: torch.nn.Module, tokenizer: Tokenizer | None = None
-) -> dict[str, torch.Tensor]:
-    """Weights to start training ``model`` from (``train fit --model.init_from PATH``): a model directory
-    (``export``/``average`` output, read without pickle) or a training checkpoint (``.ckpt``, loaded with
-    ``weights_only``). They must fit ``model`` exactly (every name and shape), and a model directory's tokenizer
-    must have ``tokenizer``'s pieces (the same ids must mean the same text). Returned in the model's dtypes, any
-    stored dtype (float16 shards, say) cast back. Every problem is a one-line UserError naming ``path``."""
-    path = Path(path)
-    if path.is_dir():
-        check_no_pickles(path)
-        weights = read_weights(path)
-        theirs = path / TOKENIZER_FILE
-        if tokenizer is not None and theirs.is_file() and Tokenizer(theirs).pieces() != tokenizer.pieces():
-            raise UserError(
-                f"{path}: its tokenizer ({theirs.name}) differs from the training tokenizer {tokenizer.path}"
-                " (the same ids would mean other pieces); train with its tokenizer"
-            )
-    elif path.is_file():
-        weights = _strip_prefix(load_checkpoint(path)["state_dict"])
-    else:
-        raise UserError(f"{path}: not found (init_from takes a model directory or a training checkpoint)")
-    problem = weights_problem(model, weights)
-    if problem:
-        raise UserError(f"{path}: does not fit the model being trained ({problem})")
-    expected = model.state_dict()
-    return {key: value.to(expected[key].dtype) for key, value in weights.items()}
-
-
-def read_weight_shapes(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The tensors :func:`read_weights` would return, as meta tensors of their shapes (reads the headers only)."""
-    return _read_weights(path, shapes_only=True)
-
-
-def build_with_weights(
-    make: Callable[[], torch.nn.Module],
-    config_path: Path,
-    weights: Path,
-    what: str,
-    check: Callable[[torch.nn.Module], None] | None = None,
-) -> torch.nn.Module:
-    """``make()`` with the weights of ``weights`` (a model directory, or one safetensors file), checked before
-    anything big is allocated: the module is first built on the meta device (no memory) and compared with the
-    safetensors headers by shape (a float16 or bfloat16 copy of float32 weights is fine: loading casts it), so a
-    config asking for a huge network fails on the shapes instead of exhausting memory. ``check(skeleton)`` runs in
-    between."""
-    try:
-        with torch.device("meta"):
-            skeleton = make()
-    except (TypeError, ValueError) as err:
-        raise UserError(f"{config_path}: bad {what} settings ({first_line(err)})") from None
-    if check is not None:
-        check(skeleton)
-    problem = weights_problem(skeleton, read_weight_shapes(weights))
-    if problem:
-        raise UserError(f"{weight_files(weights).path}: {problem}")
-    module = make()
-    module.load_state_dict(read_weights(weights), strict=True)
-    return module
 
 
 # ------------------------------------------------------------------------------------------ command line

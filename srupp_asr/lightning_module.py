@@ -40,9 +40,9 @@ import torch
 from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.data import prepare_resume
 from srupp_asr.errors import UserError
-from srupp_asr.export import initial_weights
 from srupp_asr.frontend import load_cmvn
 from srupp_asr.model import ASRModel
+from srupp_asr.model_dir import initial_weights
 from srupp_asr.schedulers import NoamLR
 from srupp_asr.text import normalize_text
 from srupp_asr.tokenizer import Tokenizer

@@ -7,7 +7,7 @@ with causal attention (:class:`srupp_asr.sru.SRUppLayer` with ``causal=True``); 
 time with their recurrent states and key/value caches (:meth:`SRUppLM.step`), which gives the same log-probabilities
 as the whole-sentence forward.
 
-An LM directory is written like a model directory (:func:`srupp_asr.export.write_model_dir`), nothing pickled::
+An LM directory is written like a model directory (:func:`srupp_asr.model_dir.write_model_dir`), nothing pickled::
 
     LM_DIR/config.yaml         format_version and ``lm:`` (the SRUppLM constructor arguments)
     LM_DIR/model.safetensors   the SRUppLM state dict (or its shards and their index, as a model directory's)
@@ -29,7 +29,8 @@ from torch import nn
 
 from srupp_asr.checks import check_size
 from srupp_asr.errors import UserError
-from srupp_asr.export import (
+from srupp_asr.fileio import read_yaml_mapping
+from srupp_asr.model_dir import (
     CONFIG_FILE,
     FORMAT_VERSION,
     TOKENIZER_FILE,
@@ -37,7 +38,6 @@ from srupp_asr.export import (
     check_no_pickles,
     write_model_dir,
 )
-from srupp_asr.fileio import read_yaml_mapping
 from srupp_asr.sru import LayerState, SRUppEncoder
 from srupp_asr.tokenizer import Tokenizer
 

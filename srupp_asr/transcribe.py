@@ -394,7 +394,7 @@ def transcribe(
     from tqdm import tqdm
 
     from srupp_asr.audio import AudioReader
-    from srupp_asr.export import load_model
+    from srupp_asr.model_dir import load_model
 
     formats = parse_formats(output_format)
     if chunk_overlap is None:

@@ -46,7 +46,7 @@ def overfit_model_dir(
 ) -> tuple[Path, list[tuple[Path, str]]]:
     """``overfit_model_dir`` -> ``(model_dir, [(wav_path, text), ...])``: a small SRU++ model trained (once per
     session) on the 20 espeak-ng sentences of ``tests/test_training_acceptance.py`` until its greedy-CTC WER on
-    them is 0, exported with :func:`srupp_asr.export.export_model`, and those utterances as 16 kHz WAVs with
+    them is 0, exported with :func:`srupp_asr.model_dir.export_model`, and those utterances as 16 kHz WAVs with
     their texts (as written, not normalised). The model is trained with ctc_weight 0.5, for OVERFIT_EXTRA_STEPS
     steps beyond greedy WER 0 so that the attention decoder memorises too (at WER 0 it could still drop a doubled
     letter, "door" -> "dor"), and its attention decoder alone is weaker than its CTC head: decode
@@ -55,8 +55,8 @@ def overfit_model_dir(
     from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
 
     from srupp_asr.audio import SAMPLE_RATE, load_audio
-    from srupp_asr.export import export_model
     from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
+    from srupp_asr.model_dir import export_model
     from srupp_asr.tokenizer import Tokenizer
     from tests.test_training_acceptance import OVERFIT, SENTENCES, train_to_zero_wer
 

@@ -14,8 +14,8 @@ from srupp_asr.audio import load_audio
 from srupp_asr.decoding import MODES, DecodingOptions, Hypothesis, decode, decode_encoded, frame_shift_seconds
 from srupp_asr.decoding.alignment import align_hypothesis
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
-from srupp_asr.export import load_model
 from srupp_asr.model import SOS_EOS_ID, ASRModel
+from srupp_asr.model_dir import load_model
 from srupp_asr.text import normalize_text
 
 # The fixture model is trained with ctc_weight 0.5 and stops as soon as greedy CTC is exact, when its attention

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import srupp_asr
-from srupp_asr.export import load_model, read_weights, weight_files
+from srupp_asr.model_dir import load_model, read_weights, weight_files
 from srupp_asr.scoring.align import Counts, align_batch, word_tokens
 from srupp_asr.transcribe import DEFAULT_MODEL_ENV, default_model_dir, transcribe
 

@@ -16,19 +16,10 @@ from safetensors.torch import load_file, save_file
 
 from srupp_asr.cli import main
 from srupp_asr.errors import UserError
-from srupp_asr.export import (
-    average_checkpoints,
-    export_model,
-    load_model,
-    model_config_from_checkpoint,
-    parse_size,
-    read_weight_shapes,
-    read_weights,
-    select,
-    select_checkpoints,
-)
+from srupp_asr.export import average_checkpoints, model_config_from_checkpoint, parse_size, select, select_checkpoints
 from srupp_asr.frontend import load_cmvn
 from srupp_asr.model import ASRModel
+from srupp_asr.model_dir import export_model, load_model, read_weight_shapes, read_weights
 from srupp_asr.tokenizer import Tokenizer
 from srupp_asr.train import run_train
 from tests.test_train import SPOKEN, TINY_CONFIG

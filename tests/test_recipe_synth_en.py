@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from srupp_asr.export import load_model
+from srupp_asr.model_dir import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "recipes" / "synth_en" / "run.sh"

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from srupp_asr.errors import UserError
-from srupp_asr.export import (
+from srupp_asr.lm import SRUppLM, load_lm, save_lm
+from srupp_asr.model_dir import (
     check_no_pickles,
     export_model,
     load_model,
@@ -26,7 +27,6 @@ from srupp_asr.export import (
     read_weights,
     write_model_dir,
 )
-from srupp_asr.lm import SRUppLM, load_lm, save_lm
 from tests.test_export import seeded_model, tokenizer  # noqa: F401 (fixture)
 
 
@@ -90,7 +90,7 @@ def test_a_config_asking_for_a_huge_network_fails_on_shapes_without_allocating_i
     (model_dir / "config.yaml").write_text(yaml.safe_dump(config))
     script = (
         "import resource, sys\n"
-        "from srupp_asr.export import load_model\nfrom srupp_asr.errors import UserError\n"
+        "from srupp_asr.model_dir import load_model\nfrom srupp_asr.errors import UserError\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "try:\n    load_model(sys.argv[1])\nexcept UserError as err:\n    print(err)\n"
         "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"

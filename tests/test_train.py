@@ -310,7 +310,7 @@ def _fit_one_step(module: ASRLightningModule, max_steps: int = 1, **fit_kwargs) 
 
 
 def test_init_from_a_model_directory_starts_the_fit_from_its_weights(tokenizer_path, tmp_path):
-    from srupp_asr.export import export_model
+    from srupp_asr.model_dir import export_model
 
     torch.manual_seed(1)
     trained = ASRLightningModule(tokenizer_path, **NETWORK)
@@ -362,7 +362,7 @@ def test_init_from_a_checkpoint_and_a_resume_takes_precedence(tokenizer_path, tm
 
 
 def test_init_from_problems_are_one_line_errors_naming_the_source(tokenizer_path, tmp_path):
-    from srupp_asr.export import export_model
+    from srupp_asr.model_dir import export_model
 
     small = ASRLightningModule(tokenizer_path, **NETWORK)
     model_dir = export_model(small.model.state_dict(), small.model.config, tokenizer_path, tmp_path / "model")

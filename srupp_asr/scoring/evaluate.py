@@ -97,7 +97,7 @@ def evaluate(
     from srupp_asr.audio import SAMPLE_RATE
     from srupp_asr.data import ASRDataset, cut_text, load_cuts
     from srupp_asr.decoding import decode
-    from srupp_asr.export import load_model
+    from srupp_asr.model_dir import load_model
 
     if batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {batch_size}")
