@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -278,8 +279,10 @@ def test_paths_with_spaces_reach_every_stage_whole(tmp_path, stub, recipe):
     base = tmp_path / "my dir"
     data, exp, corpus = base / "my data", base / "my exp", base / "my corpus"
     args = ["--data", str(data), "--exp", str(exp), *_all_stages(recipe)]
-    lm_text = tmp_path / "lm.txt"  # a word list: its paths cannot hold spaces
+    lm_text = base / "my lm.txt"
     if recipe in CORPORA:
+        base.mkdir()
+        lm_text.write_text("hello\n")
         args += ["--corpus-dir", str(corpus), "--lm-text", str(lm_text)]
     out = _run(recipe, stub, *args)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -288,21 +291,34 @@ def test_paths_with_spaces_reach_every_stage_whole(tmp_path, stub, recipe):
     for call in calls:
         for arg in call:
             path = arg.removeprefix('["')  # --data.audio_roots '["DIR"]'
-            if path.startswith(str(tmp_path)) and path != str(lm_text):  # whole: no path cut at a space
+            if path.startswith(str(tmp_path)):  # whole: no path cut at a space
                 assert path.startswith(f"{base}/my "), (arg, call)
     # the LM, fused in the beam modes: --lm the whole LM folder
     evaluate = [c for c in calls if c[0] == "evaluate" and "--lm" in c]
     assert evaluate and all(_after(c, "--lm") == f"{exp}/lm" for c in evaluate)
     assert _after(_call(stub, "cmvn"), "--out") == f"{data}/cmvn.json"
     assert _after(_call(stub, "train", "fit"), "--trainer.default_root_dir") == str(exp)
+    if recipe in CORPORA:
+        assert _after(_call(stub, "train-lm"), "--train-text") == str(lm_text)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_relative_paths_are_taken_from_the_directory_the_script_is_run_in(tmp_path, stub, recipe):
     (tmp_path / "my.yaml").write_text("{}\n")
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("hello\n")
     args = ["--data", "mydata", "--exp", "./myexp", "--config", "my.yaml", *_all_stages(recipe)]
     if recipe in CORPORA:
-        args += ["--corpus-dir", "mycorpus", "--lm-text", "a.txt b.txt", "--decode-config", "conf/decode_tedlium3.yaml"]
+        args += [
+            "--corpus-dir",
+            "mycorpus",
+            "--lm-text",
+            "a.txt",
+            "--lm-text",
+            "b.txt",
+            "--decode-config",
+            "conf/decode_tedlium3.yaml",
+        ]
     out = _run(recipe, stub, *args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert _after(_call(stub, "cmvn"), "--out") == f"{tmp_path}/mydata/cmvn.json"
@@ -376,3 +392,91 @@ def test_a_test_set_whose_scoring_failed_is_scored_again_by_a_rerun(stub, tmp_pa
         evaluated.append(sum(c[0] == "evaluate" for c in _calls(stub)))
         stub.unlink(missing_ok=True)
     assert evaluated == [1, 8, 0]  # stopped at the first set; all 8 (the failed one again); none: all scored
+
+
+# ---- --lm-text: one text file per occurrence ---------------------------------------------------------------------
+
+LM_ONLY = ["--stage", "7", "--stop-stage", "7", "--use-lm", "true"]
+
+
+def _train_text(stub: Path) -> list[str]:
+    """The files train-lm got with --train-text (the words up to the next option)."""
+    lm = _call(stub, "train-lm")
+    i = lm.index("--train-text") + 1
+    return lm[i : next(j for j in range(i, len(lm)) if lm[j].startswith("--"))]
+
+
+@pytest.mark.parametrize("recipe", CORPORA)
+def test_an_lm_text_path_with_spaces_reaches_train_lm_as_one_argument(tmp_path, stub, recipe):
+    text = tmp_path / "my lm corpus" / "lm  norm text.txt"  # two blanks in a row: not split, not squeezed
+    text.parent.mkdir()
+    text.write_text("hello world\n")
+    out = _run(recipe, stub, *_tmp_paths(tmp_path), *LM_ONLY, "--lm-text", str(text))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _train_text(stub) == [str(text)]
+    assert "--train-cuts" not in _call(stub, "train-lm")  # the given text instead of the transcripts
+
+
+@pytest.mark.parametrize("recipe", CORPORA)
+def test_lm_text_repeated_gives_train_lm_each_file_in_order(tmp_path, stub, recipe):
+    texts = [tmp_path / "b corpus.txt", tmp_path / "a.txt", tmp_path / "c d" / "e f.txt"]
+    texts[2].parent.mkdir()
+    for text in texts:
+        text.write_text("hello\n")
+    args = [a for text in texts for a in ("--lm-text", str(text))]
+    out = _run(recipe, stub, *_tmp_paths(tmp_path), *LM_ONLY, *args, "--lm-args", "--max-epochs 1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _train_text(stub) == [str(t) for t in texts]
+    lm = _call(stub, "train-lm")
+    assert lm[-2:] == ["--max-epochs", "1"] and _after(lm, "--valid-cuts").endswith("/manifests/dev_cuts.jsonl.gz")
+    # without --lm-text: the training transcripts
+    stub.unlink()
+    out = _run(recipe, stub, *_tmp_paths(tmp_path), *LM_ONLY)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lm = _call(stub, "train-lm")
+    assert "--train-text" not in lm and _after(lm, "--train-cuts").endswith("/manifests/train_cuts.jsonl.gz")
+
+
+@pytest.mark.parametrize("recipe", CORPORA)
+def test_relative_lm_text_paths_are_taken_from_the_callers_directory(tmp_path, stub, recipe):
+    caller = tmp_path / "caller dir"
+    (caller / "lm texts").mkdir(parents=True)
+    for name in ("lm texts/part 1.txt", "part2.txt"):
+        (caller / name).write_text("hello\n")
+    (tmp_path / "up.txt").write_text("hello\n")
+    args = ["--lm-text", "lm texts/part 1.txt", "--lm-text", "./part2.txt", "--lm-text", "../up.txt"]
+    out = _run(recipe, stub, *_tmp_paths(tmp_path), *LM_ONLY, *args, cwd=caller)
+    assert out.returncode == 0, out.stderr[-3000:]
+    files = _train_text(stub)
+    assert files == [f"{caller}/lm texts/part 1.txt", f"{caller}/part2.txt", f"{caller}/../up.txt"]
+    assert all(Path(f).is_file() for f in files)  # the stage runs in the repository root: absolute paths
+
+
+@pytest.mark.parametrize("recipe", CORPORA)
+def test_a_missing_lm_text_file_is_one_line_exit_2_naming_it(tmp_path, stub, recipe):
+    caller = tmp_path / "caller dir"
+    caller.mkdir()
+    (caller / "a.txt").write_text("hello\n")
+    (caller / "b.txt").write_text("hello\n")
+    taken = f"(a relative path is taken from {caller})"
+    # the second of two: nothing runs, not even the stages before 7
+    args = ["--use-lm", "true", "--lm-text", "a.txt", "--lm-text", "nope.txt"]
+    out = _run(recipe, stub, *_tmp_paths(tmp_path), *args, cwd=caller)
+    assert _refused(out, stub) == f"run.sh: --lm-text: no such file 'nope.txt' {taken}"
+    # the old word list: now one path (no file is named so), refused with what to do instead
+    out = _run(recipe, stub, *_tmp_paths(tmp_path), *LM_ONLY, "--lm-text", "a.txt b.txt", cwd=caller)
+    hint = "for several files give --lm-text once per file"
+    assert _refused(out, stub) == f"run.sh: --lm-text: no such file 'a.txt b.txt' {taken[:-1]}; {hint})"
+    out = _run(recipe, stub, *_tmp_paths(tmp_path), *LM_ONLY, "--lm-text", str(tmp_path), cwd=caller)
+    assert _refused(out, stub) == f"run.sh: --lm-text: '{tmp_path}' is a directory, not a text file"
+    if os.geteuid() != 0:  # root reads any file
+        (caller / "b.txt").chmod(0)
+        out = _run(recipe, stub, *_tmp_paths(tmp_path), *LM_ONLY, "--lm-text", "b.txt", cwd=caller)
+        assert _refused(out, stub) == "run.sh: --lm-text: cannot read 'b.txt' (permission denied)"
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="needs shellcheck")
+def test_the_recipes_are_shellcheck_clean():
+    scripts = [str(ROOT / "recipes" / r / "run.sh") for r in RECIPES] + [str(ROOT / "recipes/common/stages.sh")]
+    out = subprocess.run(["shellcheck", "-x", *scripts], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:]

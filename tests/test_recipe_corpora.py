@@ -209,9 +209,16 @@ def test_librispeech_recipe_prepares_trains_decodes_and_scores_and_rerun_skips_d
     again = _ok(_run("librispeech", *common, *_decode_args(), "--test-sets", "test_clean", "--stage", "8"))
     assert again.count("results.json exists, skipping") == 2
 
-    # stage 7: an LM, then fused into the beam modes with conf/decode_librispeech.yaml's weight
+    # stage 7: an LM on two text files (one with spaces in its path), then fused into the beam modes with
+    # conf/decode_librispeech.yaml's weight
+    texts = [tmp_path / "lm texts" / "part 1.txt", tmp_path / "part2.txt"]
+    texts[0].parent.mkdir()
+    texts[0].write_text("".join(f"{sup.text}\n" for cut in train for sup in cut.supervisions))
+    texts[1].write_text("THE CAT SAT\nA DOG RAN\n")
     lm = ["--use-lm", "true", "--lm-args", "--d-model 32 --num-layers 1 --attn-dim 16 --num-heads 1 --max-epochs 1"]
-    _ok(_run("librispeech", *common, *_decode_args(), *lm, "--test-sets", "test_clean", "--stage", "7"))
+    lm += [a for text in texts for a in ("--lm-text", str(text))]
+    log = _ok(_run("librispeech", *common, *_decode_args(), *lm, "--test-sets", "test_clean", "--stage", "7"))
+    assert f"train-lm: {len(train) + 2} training sentences" in log  # both files, read whole
     assert (tmp_path / "exp" / "lm" / "model.safetensors").is_file()
     fused = (tmp_path / "exp" / "decode_joint_lm" / "test_clean" / "results.md").read_text()
     assert "mode=joint beam=2 ctc_weight=0.3 lm_weight=0.6" in fused

@@ -20,9 +20,9 @@
 #                   decoding options $decode_config, $beam, $ctc_weight, $lm_weight, $use_lm and $lm_dir.
 # Call a stage inside `if runs N; then ... fi`, never as `runs N && stage_...`: bash ignores `set -e` in a function
 # called from a && list, and a failing command would not stop the recipe.
-# An argument described as a word list (SETS, MODES, LM_TEXT) is one string that the function splits on blanks;
-# trailing OPTION ... arguments are passed on as they are (a recipe splits its --train-args into them with
-# split_words). Paths are passed quoted everywhere, so that folders with spaces in their names work.
+# An argument described as a word list (SETS, MODES) is one string that the function splits on blanks; trailing
+# OPTION ... arguments are passed on as they are (a recipe splits its --train-args into them with split_words).
+# Paths are passed quoted everywhere, one argument each, so that paths with spaces in their names work.
 
 # The repository root (conf/ and the default data/ and exp/ folders; the stages run there).
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -44,6 +44,8 @@ from 0 to 1). A relative path given to an option (--data, --exp, --corpus-dir, -
 taken from the directory the script is run in; --config and --decode-config are looked up there first, then in
 the repository root (so conf/NAME.yaml works from anywhere). The default folders (data/..., exp/...) and any path
 inside --train-args, --lm-args or --average-args are taken from the repository root, where the stages run.
+An option given twice keeps its last value, except --lm-text FILE (of the corpus recipes): each adds one file,
+which must exist; the value is one path, never split at blanks.
 EOF
 }
 
@@ -68,14 +70,16 @@ split_words() { read -r -a "$1" <<<"$2"; }
 # parse_options ARG ...: set the recipe's option variables from its command line. The recipe defines the array
 # `options`: pairs of an option and its kind; the option --foo-bar sets the variable foo_bar, set to its default
 # beforehand (the default of --stop-stage is the recipe's last stage). -h/--help prints usage and exits 0; an unknown
-# option, a missing value or a value not of its kind is one line on stderr (die) and exit 2. The kinds:
+# option, a missing value or a value not of its kind is one line on stderr (die) and exit 2. An option given twice
+# keeps its last value, except one of kind file-list. The kinds:
 #   stage     a stage number, 0 to the last stage          bool      true or false
 #   count     a whole number >= 1                          whole     a whole number >= 0
 #   number    a number >= 0 (digits and a point)           positive  a number > 0
 #   fraction  a number from 0 to 1                         A|B|...   one of these words
 #   dir       a path, made absolute from the directory the script is run in
 #   file      an existing file, looked up there, else in the repository root; made absolute
-#   files     a word list of paths, each made absolute as a dir is
+#   file-list repeatable: each occurrence adds one existing, readable file (looked up in the directory the script
+#             is run in only; made absolute, never split at blanks) to the array variable (default: the empty array)
 #   modes     a word list of decoding modes; fusion-modes: each MODE or MODE+lm (a beam mode fused with an LM)
 #   words     a non-empty word list                        text      any non-empty value
 #   args      options passed on as they are (may be empty, or start with --)
@@ -108,7 +112,11 @@ parse_options() {
     value=$1
     shift
     check_value "$opt" "$kind"
-    printf -v "$var" '%s' "$value"
+    if [ "$kind" = file-list ]; then
+      append_to "$var" "$value"
+    else
+      printf -v "$var" '%s' "$value"
+    fi
   done
   if [ "$stage" -gt "$stop_stage" ]; then
     die "--stage $stage is after --stop-stage $stop_stage: no stage would run"
@@ -118,7 +126,7 @@ parse_options() {
 # check_value OPTION KIND: check parse_options' $value against KIND (see there) and die naming OPTION and the value
 # unless it is one; numbers lose their leading zeros, paths are made absolute.
 check_value() {
-  local opt=$1 kind=$2 word mode words=() paths=()
+  local opt=$1 kind=$2 word mode words=()
   case "$kind" in
     stage)
       if ! is_whole "$value" || [ "$((10#$value))" -gt "$last_stage" ]; then
@@ -141,10 +149,19 @@ check_value() {
       if [[ $value != /* && ! -f $value && -f $repo_root/$value ]]; then value=$repo_root/$value; fi
       [ -f "$value" ] || die "$opt: no such file '$value' (a relative path is looked up in $PWD, then in $repo_root)"
       value=$(absolute "$value") ;;
-    files)
-      split_words words "$value"
-      for word in "${words[@]}"; do paths+=("$(absolute "$word")"); done
-      value=${paths[*]} ;;
+    file-list)
+      if [ -d "$value" ]; then
+        die "$opt: '$value' is a directory, not a text file"
+      elif [ ! -e "$value" ]; then
+        word="a relative path is taken from $PWD"
+        if [[ $value == *[[:space:]]* ]]; then  # perhaps the word list the option took before: say what it is now
+          word="$word; for several files give $opt once per file"
+        fi
+        die "$opt: no such file '$value' ($word)"
+      elif [ ! -r "$value" ]; then
+        die "$opt: cannot read '$value' (permission denied)"
+      fi
+      value=$(absolute "$value") ;;
     modes|fusion-modes)
       split_words words "$value"
       [ "${#words[@]}" -gt 0 ] || die "option $opt needs a value"
@@ -178,6 +195,9 @@ in_range() {
   [[ $1 =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] &&
     awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v + 0 >= lo + 0 && (hi == "inf" || v + 0 <= hi + 0)) }'
 }
+
+# append_to ARRAY VALUE: add VALUE as one more element to the array variable named ARRAY.
+append_to() { local -n append_to_array=$1; append_to_array+=("$2"); }
 
 # absolute PATH: PATH made absolute from the current directory when it is relative (a leading ./ dropped).
 absolute() { if [[ $1 == /* ]]; then echo "$1"; else echo "$PWD/${1#./}"; fi; }
@@ -352,13 +372,20 @@ stage_speed_perturb() {
   fi
 }
 
-# stage_lm STAGE ENABLED LM_DIR TOKENIZER TRAIN_CUTS VALID_CUTS LM_TEXT [OPTION ...]: with ENABLED true, an SRU++
-# language model (srupp-asr train-lm; on CUDA when nvidia-smi finds a GPU) into LM_DIR, with the tokenizer model
-# TOKENIZER, on the text files of the word list LM_TEXT (when empty: the transcripts of the cut manifest
-# TRAIN_CUTS), validated on VALID_CUTS; the OPTIONs go to train-lm after those.
+# stage_lm STAGE ENABLED LM_DIR TOKENIZER TRAIN_CUTS VALID_CUTS NUM_TEXT [TEXT ...] [OPTION ...]: with ENABLED
+# true, an SRU++ language model (srupp-asr train-lm; on CUDA when nvidia-smi finds a GPU) into LM_DIR, with the
+# tokenizer model TOKENIZER, on the NUM_TEXT text files TEXT that follow (each one argument of --train-text; when
+# NUM_TEXT is 0: on the transcripts of the cut manifest TRAIN_CUTS), validated on VALID_CUTS; the OPTIONs after the
+# text files go to train-lm after those.
 stage_lm() {
-  local n=$1 enabled=$2 lm_out=$3 tokenizer=$4 train_cuts=$5 valid_cuts=$6 text=$7 text_args=() lm_device=cpu
+  local n=$1 enabled=$2 lm_out=$3 tokenizer=$4 train_cuts=$5 valid_cuts=$6 num_text=$7 text_args=() lm_device=cpu
   shift 7
+  if [ "$num_text" -gt 0 ]; then
+    text_args=(--train-text "${@:1:num_text}")
+  else
+    text_args=(--train-cuts "$train_cuts")
+  fi
+  shift "$num_text"
   if ! $enabled; then
     log "$n" "no LM (--use-lm false)"
     return 0
@@ -366,11 +393,6 @@ stage_lm() {
   if [ -d "$lm_out" ]; then
     log "$n" "$lm_out exists, skipping"
     return 0
-  fi
-  text_args=(--train-cuts "$train_cuts")
-  if [ -n "$text" ]; then
-    split_words text_args "$text"
-    text_args=(--train-text "${text_args[@]}")
   fi
   if command -v nvidia-smi >/dev/null 2>&1; then lm_device=cuda; fi
   log "$n" "training an SRU++ LM into $lm_out"
@@ -400,7 +422,7 @@ stage_decode() {
 # speed perturbation, CMVN, tokenizer, training (audio confined to the corpus directory), averaging, the optional
 # LM and decoding + scoring. Reads the corpus recipes' options: $manifests, $train_set, $speed_perturb, $data,
 # $cmvn_max_cuts, $vocab_size, $token_type, $config, $exp, $corpus_dir, $devices, $num_nodes, $train_args,
-# $num_avg, $use_lm, $lm_dir, $lm_text, $lm_args, $device, $test_sets, $decodings.
+# $num_avg, $use_lm, $lm_dir, $lm_text (an array), $lm_args, $device, $test_sets, $decodings.
 corpus_stages_2_to_8() {
   if runs 2; then
     stage_speed_perturb 2 "$manifests" "$speed_perturb"
@@ -432,7 +454,7 @@ corpus_stages_2_to_8() {
     local extra=()
     split_words extra "$lm_args"
     stage_lm 7 "$use_lm" "$lm_dir" "$data/tokenizer.model" "$manifests/train_cuts.jsonl.gz" \
-      "$manifests/dev_cuts.jsonl.gz" "$lm_text" "${extra[@]}"
+      "$manifests/dev_cuts.jsonl.gz" "${#lm_text[@]}" "${lm_text[@]}" "${extra[@]}"
   fi
 
   if runs 8; then

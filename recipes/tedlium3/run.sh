@@ -6,7 +6,7 @@
 #                           [--exp DIR] [--encoder srupp|conformer] [--config YAML] [--decode-config YAML] [--nj N]
 #                           [--vocab-size N] [--token-type unigram|bpe|char] [--speed-perturb true|false]
 #                           [--cmvn-max-cuts N] [--devices N] [--num-nodes N] [--train-args "..."] [--num-avg N]
-#                           [--use-lm true|false] [--lm-text "FILE ..."] [--lm-args "..."]
+#                           [--use-lm true|false] [--lm-text FILE]... [--lm-args "..."]
 #                           [--decodings "MODE ..."] [--beam N] [--ctc-weight W] [--lm-weight W]
 #                           [--test-sets "SET ..."] [--longform-sets "SET ..."] [--longform-decodings "MODE ..."]
 #                           [--longform-max-seconds S] [--device cpu|cuda|auto]
@@ -26,8 +26,12 @@
 #   5  train (srupp-asr train fit; resumes from last.ckpt). --devices N --num-nodes M (and anything in
 #      --train-args) go to Lightning; on a cluster run this stage under the launcher (srun / torchrun)
 #   6  average the --num-avg best checkpoints into the model directory $exp/model
-#   7  with --use-lm true: an SRU++ LM (srupp-asr train-lm) on --lm-text (default: the training transcripts;
-#      ESPnet adds the corpus's LM texts, TEDLIUM_release-3/LM/*.en.gz, unpacked)
+#   7  with --use-lm true: an SRU++ LM (srupp-asr train-lm) on the --lm-text files (default: the training
+#      transcripts; ESPnet adds the corpus's LM texts, TEDLIUM_release-3/LM/*.en.gz, unpacked). Each
+#      --lm-text names one text file, one sentence a line (a relative path is taken from the directory the
+#      script is run in); repeat the option for more files: --lm-text a.txt --lm-text "my texts/b.txt", or
+#      for f in LM/*.en; do lm+=(--lm-text "$f"); done; recipes/tedlium3/run.sh "${lm[@]}" ... A value is
+#      never split at blanks (the former word list --lm-text "a.txt b.txt" is refused: no such file)
 #   8  decode and score the segments of each test set with each decoding mode (srupp-asr evaluate); beam and
 #      weights from --decode-config (conf/decode_tedlium3.yaml), with the LM too when stage 7 made one
 #   9  long-form test: each talk of --longform-sets transcribed whole from its SPHERE file (srupp-asr transcribe;
@@ -62,7 +66,7 @@ num_nodes=""
 train_args=""
 num_avg=10
 use_lm=false
-lm_text=""
+lm_text=()  # --lm-text, one element per occurrence
 lm_args=""
 decodings="ctc_greedy joint"
 beam=""
@@ -78,9 +82,9 @@ options=(  # option kind (see parse_options in recipes/common/stages.sh)
   --stage stage --stop-stage stage --corpus-dir dir --download-dir dir --data dir --exp dir
   --encoder "srupp|conformer" --config file --decode-config file --nj count --vocab-size count
   --token-type "unigram|bpe|char" --speed-perturb bool --cmvn-max-cuts whole --devices text --num-nodes count
-  --train-args args --num-avg count --use-lm bool --lm-text files --lm-args args --decodings modes --beam count
-  --ctc-weight fraction --lm-weight number --test-sets words --longform-sets words --longform-decodings modes
-  --longform-max-seconds positive --device "cpu|cuda|auto"
+  --train-args args --num-avg count --use-lm bool --lm-text file-list --lm-args args --decodings modes
+  --beam count --ctc-weight fraction --lm-weight number --test-sets words --longform-sets words
+  --longform-decodings modes --longform-max-seconds positive --device "cpu|cuda|auto"
 )
 parse_options "$@"
 
