@@ -208,8 +208,8 @@ def main() -> None:
     parser.add_argument("--skip-cpu", action="store_true")
     parser.add_argument(
         "--gpu-variants",
-        default="1x4,2x4",
-        help="CUDA kernel variants to time, as COLUMNS_PER_THREAD x CHUNK (default: 1x4,2x4)",
+        default="1x4,2x4,4x4",
+        help="CUDA kernel variants to time, as COLUMNS_PER_THREAD x CHUNK (default: 1x4,2x4,4x4)",
     )
     args = parser.parse_args()
     variants = parse_variants(args.gpu_variants)

@@ -72,11 +72,11 @@ def cuda_chunk() -> int:
     return int(value)
 
 
-CUDA_COLUMN_CHOICES = (1, 2)
+CUDA_COLUMN_CHOICES = (1, 2, 4)
 
 
 def cuda_columns() -> int:
-    """Adjacent columns each CUDA thread owns (``SRUPP_CUDA_COLS``, 1 or 2, default 1; for tuning).
+    """Adjacent columns each CUDA thread owns (``SRUPP_CUDA_COLS``, 1, 2 or 4, default 1; for tuning).
 
     The launcher falls back to 1 where the shape or the tensors' alignment does not allow more
     (``srupp_asr.recurrence.cuda_columns_for``)."""

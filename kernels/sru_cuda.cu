@@ -12,12 +12,13 @@
 // The build defines SRU_T (storage) and SRU_F (compute) types; half and bfloat16 are carried as
 // raw 16-bit words and converted here, so no CUDA toolkit header is needed.
 //
-// SRU_COLS (1 or 2) is how many adjacent columns a thread owns. With 2, a step's values of the
-// thread's columns are adjacent in memory and move as whole words: u's six 16-bit values as three
-// 32-bit loads, x and h as one each, so a bf16 thread issues half the memory instructions per
-// column, and its two recurrences are independent chains the scheduler can interleave. The caller
-// (srupp_asr/recurrence.py) launches D / SRU_COLS threads per batch entry and uses 2 only when D
-// (and, bidirectional, D / 2) is even and the tensors are aligned to the words.
+// SRU_COLS (1, 2 or 4) is how many adjacent columns a thread owns. With more than one, a step's values
+// of the thread's columns are adjacent in memory and move as whole words: with 2, u's six 16-bit
+// values as three 32-bit loads, x and h as one each, so a bf16 thread issues half the memory
+// instructions per column (with 4: 64-bit words for bf16, 128-bit for fp32), and its recurrences are
+// independent chains the scheduler can interleave. The caller (srupp_asr/recurrence.py) launches
+// D / SRU_COLS threads per batch entry and uses SRU_COLS only when D (and, bidirectional, D / 2) is a
+// multiple of it and the tensors are aligned to the words.
 //
 // The same source also compiles as host C++ (tests/cuda_emulation.py runs every thread of the grid
 // in turn on the CPU), so CI checks the indexing, chunking and column grouping without a GPU; the
@@ -97,6 +98,9 @@ struct Word<8> { typedef unsigned long long type; };
 struct alignas(16) Word16 { unsigned long long lo, hi; };
 template <>
 struct Word<16> { typedef Word16 type; };
+struct alignas(32) Word32 { Word16 lo, hi; };  // fp64 with 4 columns (two 128-bit moves)
+template <>
+struct Word<32> { typedef Word32 type; };
 
 // W words of SRU_COLS values of type V: a step's values of the thread's columns (W = 1), or of
 // their u (W = 3: the columns' (u0, u1, u2) triples one after another).

@@ -1,5 +1,5 @@
 """The CUDA kernels' source, run thread by thread on the CPU (tests/cuda_emulation.py), against the float64
-reference: indexing, chunked loads, two columns per thread and padding are checked in CI without a GPU."""
+reference: indexing, chunked loads, two and four columns per thread and padding are checked in CI without a GPU."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from srupp_asr import recurrence
+from srupp_asr import kernels, recurrence
 from tests.cuda_emulation import emulated_launch
 from tests.reference import random_inputs, reference_recurrence
 
@@ -16,9 +16,11 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 # (L, B, D): one step and one column per direction; D / 2 odd (two columns per thread fall back to one when
-# bidirectional); D / 2 even; L not a multiple of the chunk everywhere.
-SHAPES = [(1, 1, 2), (37, 3, 66), (23, 4, 20)]
-BUILDS = [(dtype, cols, 4) for dtype in TOLERANCE for cols in (1, 2)] + [(torch.float32, 2, 3), (torch.float32, 1, 1)]
+# bidirectional); D / 2 even but not a multiple of 4 (four columns fall back to one); D / 2 a multiple of 4;
+# L not a multiple of the chunk everywhere.
+SHAPES = [(1, 1, 2), (37, 3, 66), (23, 4, 20), (19, 2, 24)]
+BUILDS = [(dtype, cols, 4) for dtype in TOLERANCE for cols in kernels.CUDA_COLUMN_CHOICES]
+BUILDS += [(torch.float32, 2, 3), (torch.float32, 4, 3), (torch.float32, 1, 1)]
 
 
 def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
@@ -86,6 +88,10 @@ def test_two_columns_fall_back_to_one_on_unaligned_tensors(monkeypatch):
     assert recurrence.cuda_columns_for(8, True, [aligned, None]) == 2
     assert recurrence.cuda_columns_for(8, True, [aligned, shifted]) == 1
     assert recurrence.cuda_columns_for(6, True, [aligned]) == 1  # 3 columns per direction
+    monkeypatch.setenv("SRUPP_CUDA_COLS", "4")
+    assert recurrence.cuda_columns_for(16, True, [aligned.view(-1)[:48].view(2, 3, 8)]) == 4
+    assert recurrence.cuda_columns_for(16, True, [base[2:50]]) == 1  # 4 bytes off an 8-byte word
+    assert recurrence.cuda_columns_for(12, True, [aligned]) == 1  # 6 columns per direction
     monkeypatch.setenv("SRUPP_CUDA_COLS", "1")
     assert recurrence.cuda_columns_for(8, True, [aligned]) == 1
 
@@ -98,7 +104,7 @@ def test_bad_column_setting_is_refused(monkeypatch, value):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("cols", [1, 2])
+@pytest.mark.parametrize("cols", kernels.CUDA_COLUMN_CHOICES)
 def test_half_outputs_are_the_float_results_rounded_to_nearest_even(dtype, cols, launches, monkeypatch):
     """The same inputs through the float32 build and the 16-bit build differ only in the outputs' rounding."""
     monkeypatch.setenv("SRUPP_CUDA_COLS", str(cols))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from srupp_asr import kernels
 from srupp_asr.recurrence import sru_recurrence
 from srupp_asr.sru import SRUppEncoder
 from tests.reference import random_inputs, reference_recurrence
@@ -35,7 +36,7 @@ def _run(args, mask, bidirectional, grads_out):
 @pytest.mark.parametrize("L,B,D", SHAPES)
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("padded", [False, True])
-@pytest.mark.parametrize("cols", [1, 2])
+@pytest.mark.parametrize("cols", kernels.CUDA_COLUMN_CHOICES)
 def test_cuda_matches_float64_reference_forward_and_gradients(dtype, L, B, D, bidirectional, padded, cols, monkeypatch):
     monkeypatch.setenv("SRUPP_CUDA_COLS", str(cols))  # shapes with an odd half width fall back to 1
     cpu = random_inputs(L, B, D, bidirectional, padded, True, dtype=dtype, seed=L + B + D)
@@ -57,7 +58,7 @@ def test_cuda_matches_float64_reference_forward_and_gradients(dtype, L, B, D, bi
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("cols", [1, 2])
+@pytest.mark.parametrize("cols", kernels.CUDA_COLUMN_CHOICES)
 def test_cuda_backward_is_bitwise_deterministic(dtype, cols, monkeypatch):
     monkeypatch.setenv("SRUPP_CUDA_COLS", str(cols))
     args = [t.cuda() for t in random_inputs(200, 8, 1024, True, True, True, dtype=dtype)[:5]]
