@@ -58,6 +58,27 @@ def test_stages_0_to_7_build_a_corpus_train_export_and_score_and_rerun_skips_don
     assert again.count("results.json exists, skipping") == 4
 
 
+def test_the_pocketsphinx_comparison_decodes_and_scores_the_test_sets(tmp_path):
+    """Stages 6-7 with --pocketsphinx true (what `make demo` runs; the CI run above leaves it out): the real
+    recogniser's transcripts are scored and its rows join the summary table."""
+    pytest.importorskip("pocketsphinx", reason="pocketsphinx (the dev extra) is not installed")
+    data, exp = tmp_path / "data", tmp_path / "exp"
+    common = ["--size", "tiny", "--nj", "2", "--data", str(data), "--exp", str(exp), "--lm", "false"]
+    _run(*common, "--stage", "1", "--stop-stage", "1")
+    shutil.copytree(ROOT / "srupp_asr" / "default_model", exp / "model")  # stage 6 decodes with a model too
+    log = _run(*common, "--stage", "6", "--stop-stage", "7", "--decodings", "ctc_greedy", "--pocketsphinx", "true")
+    for name in ("test_seen", "test_unseen"):
+        out = exp / "decode_pocketsphinx" / name
+        hyps = (out / "pocketsphinx.hyp.trn").read_text().splitlines()
+        assert len(hyps) == 12 and sum(len(line.split()) > 1 for line in hyps) >= 6  # words, then the (id)
+        info = json.loads((out / "decode_info.json").read_text())
+        assert info["utterances"] == 12 and info["audio_seconds"] > 0
+        results = json.loads((out / "results.json").read_text())
+        assert results["WER"]["sentences"] == 12 and results["WER"]["errors"] < results["WER"]["tokens"]
+    assert "wrote" in log and "pocketsphinx.hyp.trn" in log
+    assert (exp / "RESULTS.md").read_text().count("| pocketsphinx | test_") == 2
+
+
 def test_unknown_option_is_refused():
     out = subprocess.run(["bash", str(RUN), "--bogus"], capture_output=True, text=True)
     assert out.returncode == 2 and "unknown option --bogus" in out.stderr
