@@ -153,7 +153,8 @@ def merge_chunk_words(chunks: Sequence[tuple[float, float]], words: Sequence[Seq
     Inside the overlap of two neighbours a word is taken from the chunk where it lies farther from the chunk's
     edge: before the overlap's midpoint from the earlier chunk, after it from the later one (word centres
     decide). A word that straddles the midpoint can be kept by both or by neither; where the two copies overlap
-    in time, the one farther from its chunk's edge stays.
+    in time, the one farther from its chunk's edge stays. The result is in time order without overlaps
+    (:func:`in_time_order`): two different words the neighbours heard across the join share out their overlap.
     """
     if len(chunks) != len(words):
         raise ValueError(f"{len(chunks)} chunks but {len(words)} word lists")
@@ -182,7 +183,64 @@ def merge_chunk_words(chunks: Sequence[tuple[float, float]], words: Sequence[Seq
             else:
                 after.insert(0, dropped_after[-1])
         merged = before + after
-    return merged
+    return in_time_order(merged)
+
+
+def in_time_order(words: Sequence[Any]) -> list[Any]:
+    """``words`` sorted by their centres, and where one starts before the previous one ends, both cut at the middle
+    of their shared stretch (kept between the two centres, so neither becomes empty); words left as they were are
+    the same objects."""
+    ordered = sorted(words, key=_centre)
+    for i in range(1, len(ordered)):
+        a, b = ordered[i - 1], ordered[i]
+        if b.start < a.end:
+            cut = min(max((a.end + b.start) / 2, _centre(a)), _centre(b))
+            ordered[i - 1] = dataclasses.replace(a, end=cut)
+            ordered[i] = dataclasses.replace(b, start=cut, end=max(b.end, cut))
+    return ordered
+
+
+# ------------------------------------------------------------------------------------------ words in silence
+
+
+def leading_silence(wav: np.ndarray | Any, sample_rate: int) -> float:
+    """Seconds of silence at the start of ``wav``: the energy frames (of ``VAD_FRAME_SECONDS``) before the first one
+    at or above the piece's own :func:`energy_threshold_db`; 0 when that is shorter than ``MIN_SILENCE`` or when no
+    frame rises above the threshold (all silence, or steady noise)."""
+    frame = round(VAD_FRAME_SECONDS * sample_rate)
+    block = frame * round(30.0 / VAD_FRAME_SECONDS)  # 30 s at a time: a 600 s chunk is not copied whole
+    energies = [frame_energies_db(wav[i : i + block], frame) for i in range(0, len(wav), block)]
+    energies = np.concatenate(energies) if energies else np.zeros(0)
+    loud = np.flatnonzero(energies >= energy_threshold_db(energies)) if len(energies) else []
+    if len(loud) == 0 or loud[0] < round(MIN_SILENCE / VAD_FRAME_SECONDS):
+        return 0.0
+    return float(loud[0] * frame / sample_rate)
+
+
+def place_after_leading_silence(words: Sequence[Any], onset: float) -> list[Any]:
+    """``words`` (in order, times in seconds from the start of a decoded piece) with none starting before ``onset``,
+    where the piece's leading silence ends: those that do are laid out again from the onset, in order, keeping their
+    lengths where there is room (a word that ran on past the onset still ends where it ended; one wholly inside the
+    silence ends before the next word starts). Words left as they were are the same objects.
+
+    A CTC model trained on utterances that start at once emits the first token at the first frame, however long the
+    silence before it (the built-in model does): the first word would start at the start of the piece, seconds early
+    after a long pause, and a chunk cut in a pause would place it where the chunk before it decides."""
+    early = 0
+    while early < len(words) and words[early].start < onset:
+        early += 1
+    if not early:
+        return list(words)
+    last = words[early - 1]
+    following = words[early].start if early < len(words) else math.inf
+    room_end = last.end if last.end > onset else following
+    lengths = [max(w.end - w.start, 0.0) for w in words[:early]]
+    scale = min(1.0, (room_end - onset) / sum(lengths)) if sum(lengths) > 0 else 1.0
+    placed, time = [], onset
+    for word, length in zip(words[:early], lengths, strict=True):
+        placed.append(dataclasses.replace(word, start=time, end=time + length * scale))
+        time = placed[-1].end
+    return placed + list(words[early:])
 
 
 def _centre(word: Any) -> float:

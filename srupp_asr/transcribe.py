@@ -160,7 +160,8 @@ def _expand_lists(inputs: Sequence[str | os.PathLike[str]], problems: list[str])
             except UserError as err:
                 problems.append(str(err))
                 continue
-            for line in text.splitlines():
+            # A byte-order mark (Notepad, PowerShell's UTF-8) would otherwise begin the first file's name.
+            for line in text.removeprefix("\ufeff").splitlines():
                 line = line.strip()
                 if line and not line.startswith("#"):
                     yield line
@@ -303,17 +304,24 @@ class _Transcriber:
         for job, wav in zip(batch, wavs, strict=True):
             job.num_samples = wav.numel()  # MP3 and some Ogg headers only estimate the length
         hyps = self.decode(wavs)
+        words = [self.timed_words(h, wav) for h, wav in zip(hyps, wavs, strict=True)]
         spent = time.perf_counter() - begin
         total = sum(job.num_samples for job in batch) or 1
         return [
-            self.transcript(
-                job, list(h.words), h.text, [(0.0, job.num_samples / self.rate)], spent * job.num_samples / total
-            )
-            for job, h in zip(batch, hyps, strict=True)
+            self.transcript(job, w, h.text, [(0.0, job.num_samples / self.rate)], spent * job.num_samples / total)
+            for job, h, w in zip(batch, hyps, words, strict=True)
         ]
 
-    def plan(self, reader: AudioReader) -> list[Chunk]:
-        """The chunks of a recording longer than the budget."""
+    def timed_words(self, hyp: Hypothesis, wav: torch.Tensor) -> list[Any]:
+        """The words of ``hyp`` decoded from ``wav``, those the model put in its leading silence moved to where the
+        sound starts (:func:`srupp_asr.longform.place_after_leading_silence`)."""
+        from srupp_asr import longform
+
+        onset = longform.leading_silence(wav.cpu().numpy(), self.rate) if hyp.words else 0.0
+        return longform.place_after_leading_silence(hyp.words, onset)
+
+    def plan(self, reader: AudioReader) -> tuple[list[Chunk], list[tuple[int, int]]]:
+        """The chunks of a recording longer than the budget, and the silences the VAD found (none without it)."""
         from srupp_asr import longform
 
         silences = None
@@ -323,7 +331,8 @@ class _Transcriber:
             blocks = (wav.numpy() for _, wav in reader.blocks(block))
             min_frames = round(longform.MIN_SILENCE / longform.VAD_FRAME_SECONDS)
             silences = longform.silences_from_blocks(blocks, frame, min_frames)
-        return longform.plan_chunks(reader.num_samples, self.max_samples, self.overlap_samples, silences)
+        chunks = longform.plan_chunks(reader.num_samples, self.max_samples, self.overlap_samples, silences)
+        return chunks, silences or []
 
     def run_long(self, job: _Job, progress: Callable[[float], None]) -> Transcript:
         """Transcript of a recording decoded chunk by chunk, read from disk one chunk at a time."""
@@ -332,7 +341,7 @@ class _Transcriber:
 
         begin = time.perf_counter()
         with AudioReader(job.path) as reader:
-            chunks = self.plan(reader)
+            chunks, silences = self.plan(reader)
             spans = [c.seconds(self.rate) for c in chunks]
             words, texts, end = [], [], 0
             for chunk, (start, _) in zip(chunks, spans, strict=True):
@@ -340,9 +349,14 @@ class _Transcriber:
                 if wav.numel() == 0:  # an MP3 or Ogg header overstated the length: the audio has ended
                     break
                 end = max(end, chunk.start + wav.numel())
-                (hyp,) = self.decode([wav])
-                words.append(longform.shift_words(hyp.words, start))
-                texts.append(hyp.text)
+                if any(a <= chunk.start and chunk.end <= b for a, b in silences):
+                    # A piece the VAD found silent holds no words: decoded, a model can only make some up.
+                    words.append([])
+                    texts.append("")
+                else:
+                    (hyp,) = self.decode([wav])
+                    words.append(longform.shift_words(self.timed_words(hyp, wav), start))
+                    texts.append(hyp.text)
                 progress((chunk.end - chunk.start) / self.rate)
             job.warning = reader.level_warning()
         if end < job.num_samples:  # only what was decoded counts

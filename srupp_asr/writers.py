@@ -9,12 +9,17 @@ the start of the file; the formats round them to milliseconds:
 - ``vtt``: ``WEBVTT`` then cues, ``hh:mm:ss.mmm --> hh:mm:ss.mmm``;
 - ``tsv``: ``start<TAB>end<TAB>text`` in integer milliseconds with a header line, as Whisper writes it;
 - ``txt``: one segment per line;
-- ``json``: everything, words with start, end and confidence included.
+- ``json``: everything, words with start, end and confidence included (strict JSON: never NaN or Infinity).
+
+In the text formats a segment's text is one line (line breaks, tabs and other control characters become spaces),
+so a word holding a line break cannot end a cue or add a line; subtitle cues are at least a millisecond long and
+never start before the previous one ends, whatever the segments' times.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -30,6 +35,8 @@ MAX_SEGMENT_WORDS = 12  # subtitle-sized segments: a line or two on screen
 SEGMENT_PAUSE = 0.8  # seconds of silence between two words that end a segment
 # Control characters (Unicode category Cc) and the line and paragraph separators: what can end or rewrite a line.
 _LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# What JSON writes unescaped that still breaks a line for str.splitlines: NEL and the line and paragraph separators.
+_JSON_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 class TimedWord(Protocol):
@@ -92,17 +99,39 @@ def format_timestamp(seconds: float, decimal_marker: str = ".") -> str:
     """``hh:mm:ss.mmm`` (SubRip uses ``,`` as ``decimal_marker``); hours grow past two digits when needed."""
     if seconds < 0:
         raise ValueError(f"a time stamp cannot be negative, got {seconds}")
-    millis = round(seconds * 1000)
+    return _format_millis(round(seconds * 1000), decimal_marker)
+
+
+def _format_millis(millis: int, decimal_marker: str) -> str:
     hours, millis = divmod(millis, 3_600_000)
     minutes, millis = divmod(millis, 60_000)
     secs, millis = divmod(millis, 1000)
     return f"{hours:02d}:{minutes:02d}:{secs:02d}{decimal_marker}{millis:03d}"
 
 
-def _cue_times(segment: Segment, marker: str) -> str:
-    # A cue must not end before it starts once both are rounded to milliseconds.
-    end = max(segment.end, segment.start)
-    return f"{format_timestamp(segment.start, marker)} --> {format_timestamp(end, marker)}"
+def one_line(text: str) -> str:
+    """``text`` as one line: control characters (newline, carriage return, tab, ...) and the Unicode line and
+    paragraph separators become spaces, and runs of white space one space."""
+    return " ".join(_LINE_BREAKING.sub(" ", text).split())
+
+
+def _lines(transcript: Transcript) -> list[tuple[Segment, str]]:
+    """The segments that have text, each with its text on one line."""
+    lines = [(s, one_line(s.text)) for s in transcript.segments]
+    return [(s, line) for s, line in lines if line]
+
+
+def _cues(transcript: Transcript, marker: str) -> list[tuple[str, str]]:
+    """``(timing line, text)`` per segment with text. Times are rounded to milliseconds; a cue lasts at least one
+    and starts no earlier than the previous cue ends (a player shows cues in order, each for a while)."""
+    cues = []
+    previous_end = 0
+    for segment, line in _lines(transcript):
+        start = max(round(segment.start * 1000), previous_end)
+        end = max(round(segment.end * 1000), start + 1)
+        cues.append((f"{_format_millis(start, marker)} --> {_format_millis(end, marker)}", line))
+        previous_end = end
+    return cues
 
 
 # ------------------------------------------------------------------------------------------ the formats
@@ -110,19 +139,19 @@ def _cue_times(segment: Segment, marker: str) -> str:
 
 def to_txt(transcript: Transcript) -> str:
     """One segment per line."""
-    return "".join(f"{s.text}\n" for s in transcript.segments if s.text)
+    return "".join(f"{line}\n" for _, line in _lines(transcript))
 
 
 def to_srt(transcript: Transcript) -> str:
-    """SubRip subtitles: numbered cues with ``hh:mm:ss,mmm`` times."""
-    cues = [s for s in transcript.segments if s.text]
-    return "\n".join(f"{i}\n{_cue_times(s, ',')}\n{s.text}\n" for i, s in enumerate(cues, start=1))
+    """SubRip subtitles: numbered cues with ``hh:mm:ss,mmm`` times. SubRip has no escapes: ``-->`` in the text, which
+    readers take for a timing line, is written ``->`` (as Whisper does)."""
+    cues = _cues(transcript, ",")
+    return "\n".join(f"{i}\n{timing}\n{text.replace('-->', '->')}\n" for i, (timing, text) in enumerate(cues, start=1))
 
 
 def to_vtt(transcript: Transcript) -> str:
     """WebVTT subtitles with ``hh:mm:ss.mmm`` times."""
-    cues = [s for s in transcript.segments if s.text]
-    body = "".join(f"{_cue_times(s, '.')}\n{_vtt_escape(s.text)}\n\n" for s in cues)
+    body = "".join(f"{timing}\n{_vtt_escape(text)}\n\n" for timing, text in _cues(transcript, "."))
     return f"WEBVTT\n\n{body}"
 
 
@@ -133,11 +162,15 @@ def _vtt_escape(text: str) -> str:
 def to_tsv(transcript: Transcript) -> str:
     """``start<TAB>end<TAB>text`` per segment, times in integer milliseconds, with a header line (as Whisper)."""
     rows = ["start\tend\ttext"]
-    for s in transcript.segments:
-        if s.text:
-            text = " ".join(s.text.split())  # no tab or newline inside a field
-            rows.append(f"{round(s.start * 1000)}\t{round(max(s.end, s.start) * 1000)}\t{text}")
+    for s, line in _lines(transcript):  # one line: no tab or newline inside a field
+        rows.append(f"{round(s.start * 1000)}\t{round(max(s.end, s.start) * 1000)}\t{line}")
     return "\n".join(rows) + "\n"
+
+
+def _unit(value: float) -> float:
+    """A confidence as a number in [0, 1]: NaN (no strict JSON reader takes it) is 0, no confidence."""
+    value = float(value)
+    return min(max(value, 0.0), 1.0) if not math.isnan(value) else 0.0
 
 
 def to_dict(transcript: Transcript) -> dict[str, Any]:
@@ -157,7 +190,7 @@ def to_dict(transcript: Transcript) -> dict[str, Any]:
                         "word": w.text,
                         "start": round(w.start, 3),
                         "end": round(w.end, 3),
-                        "confidence": round(float(w.confidence), 4),
+                        "confidence": round(_unit(w.confidence), 4),
                     }
                     for w in s.words
                 ],
@@ -173,8 +206,12 @@ def to_dict(transcript: Transcript) -> dict[str, Any]:
 
 
 def to_json(transcript: Transcript, indent: int | None = 2) -> str:
-    """:func:`to_dict` as JSON text (``indent=None``: one line)."""
-    return json.dumps(to_dict(transcript), ensure_ascii=False, indent=indent) + "\n"
+    """:func:`to_dict` as JSON text (``indent=None``: one line); strict JSON (a NaN or Infinity left in the data is a
+    ValueError, not a file that JSON readers refuse)."""
+    text = json.dumps(to_dict(transcript), ensure_ascii=False, indent=indent, allow_nan=False)
+    # JSON leaves these unescaped, but Python's str.splitlines (and JavaScript) break lines at them: escaped, a
+    # JSON line (indent=None) stays one line whatever a file name or a text holds.
+    return text.translate(_JSON_LINE_BREAKS) + "\n"
 
 
 WRITERS: dict[str, Callable[[Transcript], str]] = {
