@@ -8,6 +8,7 @@ augmentations (speed perturbation, noise, reverberation) on the cuts before thei
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -133,10 +134,12 @@ class ASRDataset(torch.utils.data.Dataset):
     Augmentations, when given, run on the cuts before any audio is read: speed perturbation (one factor of
     ``speed_perturb`` drawn per cut; 1.0 leaves it alone), noise from ``noise_cuts`` mixed in with probability
     ``noise_prob`` at an SNR drawn from ``snr_range``, and reverberation with probability ``reverb_prob`` using
-    impulse responses lhotse generates. Training batches come from :class:`ResumableSampler` as
-    :class:`SeededBatch` es whose seed depends on (sampler seed, rank, epoch, batch index) only, so their random
+    impulse responses lhotse generates (:class:`SeededReverb`). Training batches come from :class:`ResumableSampler`
+    as :class:`SeededBatch` es whose seed depends on (sampler seed, rank, epoch, batch index) only, so their random
     choices do not depend on the DataLoader worker and a resumed run augments every batch exactly as the
-    uninterrupted run did; other batches draw from a per-process generator seeded from torch's RNG.
+    uninterrupted run did; other batches draw from a per-process generator seeded from torch's RNG. Augmented audio
+    is loaded under :func:`reproducible_loading`: it does not depend on the process's global generators or thread
+    count (so not on ``num_workers``), and loading it leaves those generators alone.
     """
 
     def __init__(
@@ -192,7 +195,7 @@ class ASRDataset(torch.utils.data.Dataset):
             )
         self._reverb = None
         if self.reverb_prob > 0:
-            self._reverb = ReverbWithImpulseResponse(p=self.reverb_prob, randgen=self._rng, preserve_id=True)
+            self._reverb = SeededReverb(p=self.reverb_prob, randgen=self._rng, preserve_id=True)
         return self._rng
 
     def augment(self, cuts: CutSet) -> CutSet:
@@ -221,6 +224,25 @@ class ASRDataset(torch.utils.data.Dataset):
             cuts = cuts.cuts
         cuts = CutSet.from_cuts(c if c.sampling_rate == SAMPLE_RATE else c.resample(SAMPLE_RATE) for c in cuts)
         cuts = self.augment(cuts)
+        if self.augments:
+            # lhotse applies the augmentations as it loads the audio (see reproducible_loading): the audio then
+            # depends on the batch alone, and training's own draws (dropout, SpecAugment) are not moved.
+            with reproducible_loading(self._random().randrange(2**63)):
+                audios, texts, ids = self._load(cuts)
+        else:
+            audios, texts, ids = self._load(cuts)
+        tokens = [torch.tensor(self.tokenizer.encode(t), dtype=torch.int64) for t in texts]
+        return {
+            "audio": _pad(audios, 0.0, torch.float32),
+            "audio_lens": torch.tensor([len(a) for a in audios], dtype=torch.int64),
+            "tokens": _pad(tokens, TOKEN_PAD, torch.int64),
+            "token_lens": torch.tensor([len(t) for t in tokens], dtype=torch.int64),
+            "texts": texts,
+            "cut_ids": ids,
+        }
+
+    def _load(self, cuts: CutSet) -> tuple[list[torch.Tensor], list[str], list[str]]:
+        """The audio (mono float32), texts and ids of the cuts whose audio loads; the others are left out."""
         audios, texts, ids = [], [], []
         for cut in cuts:
             try:
@@ -237,15 +259,65 @@ class ASRDataset(torch.utils.data.Dataset):
             audios.append(torch.from_numpy(audio))
             texts.append(cut_text(cut))
             ids.append(cut.id)
-        tokens = [torch.tensor(self.tokenizer.encode(t), dtype=torch.int64) for t in texts]
-        return {
-            "audio": _pad(audios, 0.0, torch.float32),
-            "audio_lens": torch.tensor([len(a) for a in audios], dtype=torch.int64),
-            "tokens": _pad(tokens, TOKEN_PAD, torch.int64),
-            "token_lens": torch.tensor([len(t) for t in tokens], dtype=torch.int64),
-            "texts": texts,
-            "cut_ids": ids,
-        }
+        return audios, texts, ids
+
+
+@contextlib.contextmanager
+def reproducible_loading(seed: int) -> Iterator[None]:
+    """Within the block, the process's global generators (torch's CPU one, numpy's legacy one, Python's
+    ``random``) start from ``seed`` and torch computes on one thread; after it, the generators are where they were
+    before it and the thread count is back.
+
+    lhotse applies augmentations as it loads the audio, and generating an impulse response both draws from torch's
+    global generator and, on several threads, races (an ``index_put_`` with repeated indices: which write wins
+    varies from call to call); resampling and mixing round differently on one thread than on several. On one thread
+    (what a DataLoader worker has anyway) the audio is the same whatever ``num_workers`` and however often it is
+    loaded. CUDA generators are left alone (``torch.manual_seed`` would reseed them too)."""
+    torch_state, numpy_state, python_state = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    threads = torch.get_num_threads()
+    torch.default_generator.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(torch_state)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+
+
+class SeededReverb(ReverbWithImpulseResponse):
+    """lhotse's reverberation transform with the generated impulse response drawn from ``randgen`` too.
+
+    lhotse's own passes no seed for the room it simulates, and ``Cut.reverb_rir`` then seeds it from ``uuid4()``:
+    the same batch, with the same seed, was reverberated differently every time, so no two runs (an uninterrupted
+    one and a resumed one, or two uninterrupted ones) trained alike. Here each reverberated cut's room and source
+    seed is drawn from ``randgen`` (the batch's seeded generator) after the choice to reverberate it."""
+
+    def __call__(self, cuts: CutSet) -> CutSet:
+        if self.random is None:
+            self.random = random.Random()
+        out = []
+        for cut in cuts:
+            if self.random.random() > self.p:
+                out.append(cut)
+                continue
+            rir = self.random.choice(self.rir_recordings) if self.rir_recordings else None
+            seed = self.random.randrange(2**63) if rir is None else None
+            out.append(
+                cut.reverb_rir(
+                    rir_recording=rir,
+                    normalize_output=self.normalize_output,
+                    early_only=self.early_only,
+                    affix_id=not self.preserve_id,
+                    rir_channels=self.rir_channels,
+                    room_rng_seed=seed,
+                    source_rng_seed=seed,
+                )
+            )
+        return CutSet.from_cuts(out)
 
 
 def _pad(seqs: list[torch.Tensor], value: float, dtype: torch.dtype) -> torch.Tensor:
@@ -286,6 +358,14 @@ def prepare_resume(checkpoint: dict) -> None:
     - a checkpoint written when training ended in mid-epoch (``max_steps``, ``max_time``) counts that epoch as
       completed: resumed with a larger budget, Lightning would go on with the next epoch and the rest of this one
       would never be trained. Its completed-epoch count is set back to the epoch the sampler was in.
+
+    And one more: a checkpoint written after an epoch's end was processed (at the epoch-end save, or as training
+    ended on the epoch's last batch) makes Lightning start the next epoch, but, restarting, it keeps the finished
+    epoch's in-epoch counts (it would reset them only if it knew the epoch's length): the next epoch's batches were
+    numbered from 6 on instead of 0, gradient accumulation would count its micro-batches from there, and the
+    data module's record of the batches done in that epoch (which a later checkpoint stores) was too large by the
+    finished epoch's length, so a run stopped again in that epoch and resumed skipped the rest of it. The counts
+    are set to a new epoch's (zero), as Lightning sets them when an epoch starts.
     """
     data = checkpoint.get("ASRDataModule")
     fit = checkpoint.get("loops", {}).get("fit_loop", {})
@@ -294,12 +374,29 @@ def prepare_resume(checkpoint: dict) -> None:
         return
     if progress.get("is_last_batch"):
         progress["is_last_batch"] = False
+        if fit.get("epoch_progress", {}).get("current", {}).get("processed", 0) > int(data["epoch"]):
+            _start_next_epoch(fit)
         return
     epochs = fit.get("epoch_progress", {})
     ahead = epochs.get("current", {}).get("completed", 0) - int(data["epoch"])
     if ahead > 0 and int(data["batches_done"]) > 0:  # stopped in mid-epoch, counted as completed
         for counts in (epochs["current"], epochs["total"]):
             counts["completed"] -= ahead
+
+
+def _start_next_epoch(fit: dict) -> None:
+    """Set a fit loop's saved in-epoch counts to those of an epoch about to start (what Lightning's
+    ``_TrainingEpochLoop.reset`` does when it starts an epoch without restarting)."""
+
+    def zero(counts: dict | None) -> None:
+        for key in counts or {}:
+            counts[key] = 0
+
+    for key in ("epoch_loop.batch_progress", "epoch_loop.scheduler_progress"):
+        zero(fit.get(key, {}).get("current"))
+    for part in fit.get("epoch_loop.automatic_optimization.optim_progress", {}).get("optimizer", {}).values():
+        zero(part.get("current"))
+    zero(fit.get("epoch_loop.val_loop.batch_progress", {}).get("total"))
 
 
 class ResumableSampler(torch.utils.data.Sampler):

@@ -20,10 +20,13 @@ all word errors of the epoch over all reference words, across ranks).
 Resuming (``--ckpt_path``): besides what Lightning restores, checkpoints carry the global random generators'
 states (torch CPU and CUDA, numpy, Python ``random``), which dropout and SpecAugment draw from, so a run killed and
 resumed from a mid-epoch checkpoint draws the same dropout and SpecAugment masks as the uninterrupted run (the data
-module resumes the batch order; with ``trainer.deterministic`` the weights then match exactly). The data set's own
-augmentation choices (speed perturbation, noise, reverberation) are not restored. The states are stored as
-tensors and lists, so checkpoints still load with ``torch.load(weights_only=True)``. Under DDP only rank 0's
-states are saved, and every rank resumes from them.
+module resumes the batch order, and the data set's augmentation depends on each batch's position only; with
+``trainer.deterministic`` the weights then match exactly). Under DDP each rank's states are saved (the ranks' draws
+differ, as their batches do) and each rank resumes from its own; a run resumed with another number of ranks
+resumes every rank from rank 0's. A checkpoint written in the middle of a gradient accumulation cycle
+(``trainer.accumulate_grad_batches``; a stop signal, or a validation between two micro-batches) also carries the
+gradients accumulated so far, every rank's, which the resumed run starts from. The states are stored as tensors and
+lists, so checkpoints still load with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -116,6 +119,7 @@ class ASRLightningModule(L.LightningModule):
         self._skip_backward = False
         self._wer_counts = [0, 0]  # word errors, reference words (this rank, this validation run)
         self._resumed_rng_states: dict[str, Any] | None = None
+        self._resumed_gradients: dict[str, torch.Tensor] | None = None
 
     def setup(self, stage: str) -> None:
         """At the start of a fit with ``init_from``, load its weights (fine-tuning, or training an exported model
@@ -210,26 +214,86 @@ class ASRLightningModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep the skipped-update counter and the random generators' states across a resume."""
+        """Keep the skipped-update counters, the random generators' states (every rank's) and, in the middle of an
+        accumulation cycle, the gradients accumulated so far (every rank's) across a resume. Lightning calls this on
+        every rank, and the ranks gather what they hold here (rank 0 writes the file)."""
         checkpoint["nonfinite_skipped"] = self.nonfinite_skipped
-        checkpoint["rng_states"] = rng_states()
+        checkpoint["nonfinite_in_a_row"] = self._nonfinite_in_a_row
+        states = rng_states()
+        checkpoint["rng_states"] = states
+        trainer = self._trainer
+        world_size = trainer.world_size if trainer is not None else 1
+        if world_size > 1 and not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            world_size = 1  # ranks that are not torch.distributed processes: each keeps its own
+        if world_size > 1:
+            checkpoint["rng_states_per_rank"] = self._gather(states, world_size)
+        if self._in_accumulation_cycle():
+            grads = {n: p.grad.detach().cpu().clone() for n, p in self.named_parameters() if p.grad is not None}
+            checkpoint["accumulated_gradients"] = self._gather(grads, world_size) if world_size > 1 else [grads]
+
+    @staticmethod
+    def _gather(obj: Any, world_size: int) -> list[Any]:
+        """``obj`` of every rank, in rank order (CPU tensors, lists and numbers only)."""
+        gathered: list[Any] = [None] * world_size
+        torch.distributed.all_gather_object(gathered, obj)
+        return gathered
+
+    def _in_accumulation_cycle(self) -> bool:
+        """Whether a fit is between two micro-batches of one optimizer step (gradients accumulated, not yet used)."""
+        trainer = self._trainer
+        if trainer is None or trainer.accumulate_grad_batches <= 1 or trainer.state.fn != "fit":
+            return False
+        loop = trainer.fit_loop.epoch_loop
+        return loop.batch_progress.current.ready > 0 and loop._should_accumulate()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restore the skipped-update counter; keep the random states for the first step of a resumed fit."""
+        """Restore the skipped-update counters; keep the random states (this rank's) and any accumulated gradients
+        for the first step of a resumed fit."""
         self.nonfinite_skipped = int(checkpoint.get("nonfinite_skipped", 0))
-        if self._trainer is not None:  # resuming a fit, not load_from_checkpoint (which must not touch the RNGs)
-            self._resumed_rng_states = checkpoint.get("rng_states")
-            prepare_resume(checkpoint)
+        self._nonfinite_in_a_row = int(checkpoint.get("nonfinite_in_a_row", 0))
+        if self._trainer is None:  # load_from_checkpoint, not a resumed fit: it must not touch the RNGs
+            return
+        rank, world_size = self.trainer.global_rank, self.trainer.world_size
+        per_rank = checkpoint.get("rng_states_per_rank")
+        same_world = isinstance(per_rank, list) and len(per_rank) == world_size
+        if per_rank is not None and not same_world:
+            log.warning(
+                "the checkpoint was written by %d processes, this run has %d: every rank resumes from rank 0's random"
+                " states, so the run will not match an uninterrupted one exactly",
+                len(per_rank),
+                world_size,
+            )
+        self._resumed_rng_states = per_rank[rank] if same_world else checkpoint.get("rng_states")
+        grads = checkpoint.get("accumulated_gradients")
+        if grads is not None:
+            if len(grads) == world_size:
+                self._resumed_gradients = grads[rank]
+            else:
+                log.warning(
+                    "the checkpoint was written in the middle of a gradient accumulation cycle by %d processes; this"
+                    " run has %d and starts that cycle's accumulated gradients from zero",
+                    len(grads),
+                    world_size,
+                )
+        prepare_resume(checkpoint)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        """Before the first step of a resumed fit, set the random generators to their checkpointed states."""
+        """Before the first step of a resumed fit, set the random generators to their checkpointed states and put
+        back the gradients a checkpoint written in mid-accumulation holds."""
         # Not in on_load_checkpoint: between loading and this point the resumed run builds its data loaders and
-        # prefetches batches, which may draw from the global generators (the dataset's per-process seed) where
-        # the uninterrupted run, past its checkpoint, drew nothing. (The loaders' iterators draw their seeds from
-        # their own generator: see ASRDataModule._loader.)
+        # prefetches batches, which may draw from the global generators where the uninterrupted run, past its
+        # checkpoint, drew nothing. (The loaders' iterators draw their seeds from their own generator: see
+        # ASRDataModule._loader; the data set keeps its draws off the global generators.)
         if self._resumed_rng_states is not None:
             set_rng_states(self._resumed_rng_states)
             self._resumed_rng_states = None
+        if self._resumed_gradients is not None:
+            # Lightning zeroes gradients at a cycle's first micro-batch only, so these are added to, as they were.
+            params = dict(self.named_parameters())
+            for name, grad in self._resumed_gradients.items():
+                param = params[name]
+                param.grad = grad.to(device=param.device, dtype=param.dtype).clone()
+            self._resumed_gradients = None
 
     # ---------------------------------------------------------------- validation
 
