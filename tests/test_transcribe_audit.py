@@ -13,7 +13,6 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,15 +37,7 @@ from srupp_asr.writers import (
     transcript_text,
     write_transcript,
 )
-
-
-@dataclass
-class W:
-    text: str
-    start: float
-    end: float
-    confidence: float = 0.9
-
+from tests.test_writers import W
 
 # ------------------------------------------------------------------------------------------ reading back
 
