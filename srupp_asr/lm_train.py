@@ -11,26 +11,41 @@ epoch. Adam with the Noam schedule (linear warm-up, then ``1/sqrt(step)``), grad
 (and every ``--valid-every`` steps) the validation perplexity is measured; the best LM so far is written to
 ``--out-dir`` atomically. The run ends after ``--max-epochs`` or ``--max-time`` minutes, whichever comes first.
 
-Resuming: the training state (weights, optimiser, schedule, epoch, position in the epoch, best perplexity) is saved
-to ``OUT_DIR.train.pt`` at every validation (atomically; tensors and plain values only, read back with
-``torch.load(weights_only=True)``); ``--resume`` continues from it. The log lines go to stderr, one per
-``--log-every`` steps.
+Resuming: the training state (weights, optimiser, schedule, epoch, position in the epoch, best perplexity, the
+random generators' states that dropout draws from, and the settings that shape training) is saved to
+``OUT_DIR.train.pt`` at every validation and at a stop (atomically; tensors and plain values only, read back with
+``torch.load(weights_only=True)``); ``--resume`` continues from it and ends with the weights of a run that was never
+stopped (the same device; on a GPU, kernels permitting). A resume whose tokenizer, text, model or optimisation
+options differ from the saved run's is refused, naming the state file and the first difference; ``--max-epochs``,
+``--max-time``, ``--valid-every``, ``--log-every`` and ``--device`` may change. A ``kill -9`` loses the steps since
+the last save (``--valid-every`` bounds them). A run holds ``OUT_DIR.train.lock`` (``flock``): a second train-lm into
+the same ``--out-dir`` is refused.
+
+Stopping: SIGTERM, or a first Ctrl-C, stops the run after the step under way (or during validation, after the batch
+under way) with its state saved: one line, exit status 143 (130 for Ctrl-C); a validation it cut short is run again
+first by ``--resume``. A ``--max-time`` stop validates (the best LM may then be the one of that moment) and saves the
+state. The log lines go to stderr, one per ``--log-every`` steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import logging
 import math
+import os
 import random
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from srupp_asr.checkpoints import load_checkpoint
 from srupp_asr.checks import (
     ConfigValueError,
     check_divides,
@@ -39,10 +54,18 @@ from srupp_asr.checks import (
     check_probability,
     check_size,
 )
-from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_output
-from srupp_asr.interrupts import Terminated, defer_sigterm, sigterm_pending
+from srupp_asr.errors import UserError, first_line
+from srupp_asr.fileio import atomic_output, fsync_directory
+from srupp_asr.interrupts import (
+    EXIT_STATUS,
+    INTERRUPTED_STATUS,
+    Terminated,
+    defer_sigint,
+    defer_sigterm,
+    sigterm_pending,
+)
 from srupp_asr.lm import SRUppLM, save_lm
+from srupp_asr.model_dir import CONFIG_FILE
 from srupp_asr.schedulers import NoamLR
 from srupp_asr.tokenizer import Tokenizer, texts_from_sources
 
@@ -111,17 +134,31 @@ def make_batches(sentences: Sequence[Sequence[int]], batch_tokens: int) -> list[
     return batches
 
 
-def evaluate_perplexity(model: SRUppLM, sentences: Sequence[Sequence[int]], batch_tokens: int) -> float:
-    """Per-token perplexity of ``sentences`` (``<sos/eos>`` at the end counted as a token)."""
+class ValidationStopped(Exception):
+    """:func:`evaluate_perplexity` was asked to stop (``should_stop``) before its last batch."""
+
+
+def evaluate_perplexity(
+    model: SRUppLM,
+    sentences: Sequence[Sequence[int]],
+    batch_tokens: int,
+    should_stop: Callable[[], bool] | None = None,
+) -> float:
+    """Per-token perplexity of ``sentences`` (``<sos/eos>`` at the end counted as a token); draws no random numbers.
+    ``should_stop`` is asked before each batch but the first: True raises :class:`ValidationStopped`."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    with torch.inference_mode():
-        for batch in make_batches(sentences, batch_tokens):
-            chosen = [sentences[i] for i in batch]
-            total += float(model.sentence_nll(chosen).sum())
-            count += sum(len(y) + 1 for y in chosen)
-    model.train(was_training)
+    try:
+        with torch.inference_mode():
+            for k, batch in enumerate(make_batches(sentences, batch_tokens)):
+                if k and should_stop is not None and should_stop():
+                    raise ValidationStopped
+                chosen = [sentences[i] for i in batch]
+                total += float(model.sentence_nll(chosen).double().sum())
+                count += sum(len(y) + 1 for y in chosen)
+    finally:
+        model.train(was_training)
     return math.exp(total / max(count, 1))
 
 
@@ -134,6 +171,13 @@ def _load_sentences(cfg_text: Sequence[str], cfg_cuts: Sequence[str], tokenizer:
     return sentences
 
 
+# What a resumed run must share with the saved one (besides the LM's shape, its tokenizer and its text): the options
+# that shape training. The others (--max-epochs, --max-time, --valid-every, --log-every, --device) may change.
+RESUME_OPTIONS = ("batch_tokens", "max_len", "seed", "lr", "warmup_steps", "weight_decay", "clip")
+STATE_KEYS = ("model", "optimizer", "scheduler", "progress", "config")
+PROGRESS_KEYS = {"epoch": int, "batch": int, "step": int, "best": float}
+
+
 def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
     """Train, writing the best LM to ``cfg.out_dir``; returns the final numbers (steps, epochs, best valid ppl)."""
     if not cfg.train_text and not cfg.train_cuts:
@@ -143,6 +187,13 @@ def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
     device = torch.device(cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError("train-lm: --device cuda asked for, but no CUDA device is available")
+    state_path = Path(f"{cfg.out_dir.rstrip('/')}.train.pt")
+    with _run_lock(Path(f"{cfg.out_dir.rstrip('/')}.train.lock"), cfg.out_dir):
+        return _train(cfg, device, state_path)
+
+
+def _train(cfg: LMTrainConfig, device: torch.device, state_path: Path) -> dict[str, float]:
+    saved = _read_state(state_path) if cfg.resume else None  # before the text is read: a bad file fails at once
     tokenizer = Tokenizer(cfg.tokenizer)
     train = _load_sentences(cfg.train_text, cfg.train_cuts, tokenizer, cfg.max_len, "training text")
     valid = _load_sentences(cfg.valid_text, cfg.valid_cuts, tokenizer, cfg.max_len, "validation text")
@@ -167,19 +218,53 @@ def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
     log.info("train-lm: SRU++ LM with %s parameters", f"{model.num_params():,}")
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = NoamLR(optimizer, cfg.warmup_steps)
-    state_path = Path(f"{cfg.out_dir.rstrip('/')}.train.pt")
-    progress = {"epoch": 0, "batch": 0, "step": 0, "best": math.inf}
-    if cfg.resume:
-        progress = _restore(state_path, model, optimizer, scheduler)
+    settings = _settings(cfg, train, valid, device)
+    progress: dict[str, Any] = {"epoch": 0, "batch": 0, "step": 0, "best": math.inf, "validate": False}
+    if saved is not None:
+        _check_resumable(state_path, saved, settings, model.config)
+        progress.update(_restore(state_path, saved, model, optimizer, scheduler, device))
         log.info("train-lm: resumed from %s at epoch %d, batch %d", state_path, progress["epoch"], progress["batch"])
+        if math.isfinite(progress["best"]) and not Path(cfg.out_dir, CONFIG_FILE).is_file():
+            # The best LM so far is gone (deleted, moved): validate at once, so that the run ends with an LM.
+            log.warning("train-lm: %s holds no LM any more: the next validation writes one", cfg.out_dir)
+            progress["best"], progress["validate"] = math.inf, True
 
-    def checkpoint() -> float:
-        ppl = evaluate_perplexity(model, valid, cfg.batch_tokens)
+    stop: dict[str, str | None] = {"reason": None}
+
+    def on_ctrl_c() -> None:
+        print("\nCtrl-C: stopping after this step and saving the state (Ctrl-C again: stop now)", file=sys.stderr)
+        stop["reason"] = stop["reason"] or "Ctrl-C"
+
+    def stop_requested() -> bool:
+        if stop["reason"] is None and sigterm_pending():
+            stop["reason"] = "SIGTERM"
+        return stop["reason"] is not None
+
+    def stopped(when: str) -> Terminated:
+        how, status = "terminated (SIGTERM)", EXIT_STATUS
+        if stop["reason"] == "Ctrl-C":
+            how, status = "interrupted (Ctrl-C)", INTERRUPTED_STATUS
+        return Terminated(f"{how} {when} step {progress['step']}: saved {state_path}; resume with --resume", status)
+
+    def save() -> None:
+        _save_state(state_path, model, optimizer, scheduler, progress, settings, device)
+
+    def checkpoint(more: bool) -> None:
+        """Validate, write the LM when it is the best so far, save the state; a stop request during it stops the
+        run (after the batch under way; the resumed run validates first) and, with ``more`` training to come,
+        after it."""
+        try:
+            ppl = evaluate_perplexity(model, valid, cfg.batch_tokens, should_stop=stop_requested)
+        except ValidationStopped:
+            progress["validate"] = True
+            save()
+            raise stopped("during the validation after") from None
+        progress["validate"] = False
         improved = ppl < progress["best"]
         if improved:
             progress["best"] = ppl
             save_lm(model, cfg.tokenizer, cfg.out_dir)
-        _save_state(state_path, model, optimizer, scheduler, progress)
+        save()
         log.info(
             "train-lm: epoch %d step %d valid ppl %.2f%s",
             progress["epoch"],
@@ -187,14 +272,18 @@ def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
             ppl,
             f" (best; wrote {cfg.out_dir})" if improved else f" (best {progress['best']:.2f})",
         )
-        return ppl
+        if more and stop_requested():
+            raise stopped("after")
 
     batches = make_batches(train, cfg.batch_tokens)
     start = time.monotonic()
     out_of_time = False
     model.train()
     defer_sigterm(True)  # a SIGTERM is acted on at a step's end (below)
+    defer_sigint(on_ctrl_c)  # and so is a first Ctrl-C
     try:
+        if progress["validate"]:  # the validation a stop cut short
+            checkpoint(more=True)
         while progress["epoch"] < cfg.max_epochs and not out_of_time:
             order = list(range(len(batches)))
             random.Random(cfg.seed * 100003 + progress["epoch"]).shuffle(order)
@@ -221,22 +310,21 @@ def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
                         scheduler.get_last_lr()[0],
                     )
                     loss_sum, token_sum = 0.0, 0
-                if sigterm_pending():  # stop after this step, its state saved: --resume goes on from here
-                    _save_state(state_path, model, optimizer, scheduler, progress)
-                    raise Terminated(
-                        f"terminated (SIGTERM) after step {progress['step']}: saved {state_path}; resume with --resume"
-                    )
+                if stop_requested():  # stop after this step, its state saved: --resume goes on from here
+                    save()
+                    raise stopped("after")
                 if cfg.max_time is not None and time.monotonic() - start > cfg.max_time * 60:
                     out_of_time = True
                     break
                 if cfg.valid_every and progress["step"] % cfg.valid_every == 0 and progress["batch"] < len(order):
-                    checkpoint()
+                    checkpoint(more=True)
             if not out_of_time:
                 progress["epoch"] += 1
                 progress["batch"] = 0
-            checkpoint()
+            checkpoint(more=not out_of_time and progress["epoch"] < cfg.max_epochs)
     finally:
         defer_sigterm(False)
+        defer_sigint(None)
     return {
         "steps": progress["step"],
         "epochs": progress["epoch"],
@@ -246,30 +334,138 @@ def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
     }
 
 
-def _save_state(path: Path, model, optimizer, scheduler, progress: dict) -> None:
+@contextlib.contextmanager
+def _run_lock(path: Path, out_dir: str) -> Iterator[None]:
+    """Hold ``path`` (``flock``) while training: a second train-lm into the same ``out_dir`` is a UserError naming
+    the first one's pid. The lock goes with the process, however it ends."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise UserError(
+            f"{out_dir}: another train-lm (pid {holder}) is training into it; give this one its own --out-dir"
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _fingerprint(sentences: Sequence[Sequence[int]]) -> str:
+    """SHA-256 of token id sequences, in order."""
+    digest = hashlib.sha256()
+    for y in sentences:
+        digest.update((",".join(map(str, y)) + "\n").encode())
+    return digest.hexdigest()
+
+
+def _settings(cfg: LMTrainConfig, train, valid, device: torch.device) -> dict[str, Any]:
+    """What :func:`_check_resumable` compares (besides the LM's shape), and the device the state was saved on."""
+    settings: dict[str, Any] = {name: getattr(cfg, name) for name in RESUME_OPTIONS}
+    settings["tokenizer_sha256"] = hashlib.sha256(Path(cfg.tokenizer).read_bytes()).hexdigest()
+    settings["train_sentences"], settings["train_sha256"] = len(train), _fingerprint(train)
+    settings["valid_sentences"], settings["valid_sha256"] = len(valid), _fingerprint(valid)
+    settings["device_type"] = device.type
+    return settings
+
+
+def _save_state(path: Path, model, optimizer, scheduler, progress: dict, settings: dict, device) -> None:
+    rng = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(device)
     state = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "progress": dict(progress),
         "config": dict(model.config),
+        "settings": dict(settings),
+        "rng": rng,
     }
     with atomic_output(path) as tmp:
         torch.save(state, tmp)
+    fsync_directory(path.parent)
 
 
-def _restore(path: Path, model, optimizer, scheduler) -> dict:
+def _read_state(path: Path) -> dict:
+    """The saved state of ``path`` (read with ``weights_only=True``); every problem is a one-line UserError."""
     if not path.is_file():
         raise UserError(f"{path}: no training state to resume from (run without --resume first)")
+    state = load_checkpoint(path, map_location="cpu", mmap=False, lightning=False)
+    missing = [k for k in STATE_KEYS if k not in state] if isinstance(state, dict) else list(STATE_KEYS)
+    if missing:
+        raise UserError(f"{path}: not a train-lm state (no {', '.join(missing)})")
+    progress = state["progress"]
+    bad = [k for k, kind in PROGRESS_KEYS.items() if not isinstance(progress, dict) or not _is(progress.get(k), kind)]
+    if bad or not isinstance(state["config"], dict):
+        raise UserError(f"{path}: not a train-lm state (bad {', '.join(bad) or 'config'})")
+    return state
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _option(name: str) -> str:
+    return "--" + {"attn_dropout": "dropout"}.get(name, name).replace("_", "-")
+
+
+def _check_resumable(path: Path, state: dict, settings: dict, config: dict) -> None:
+    """A one-line UserError naming ``path`` and the first setting of this run that differs from the saved run's."""
+    hint = "resume with the saved run's options, or start afresh without --resume"
+    saved = state.get("settings")
+    if not isinstance(saved, dict):  # written before the settings were saved
+        log.warning("train-lm: %s holds no settings to compare with this run's; resuming as asked", path)
+        saved = {}
+    if saved.get("tokenizer_sha256", settings["tokenizer_sha256"]) != settings["tokenizer_sha256"]:
+        raise UserError(f"{path}: saved with another tokenizer; {hint}")
+    for key, value in config.items():
+        if key == "vocab_size" and state["config"].get(key) != value:
+            raise UserError(f"{path}: saved with another tokenizer; {hint}")
+        if state["config"].get(key) != value:
+            raise UserError(f"{path}: saved with {_option(key)} {state['config'].get(key)}, now {value}; {hint}")
+    for key in RESUME_OPTIONS:
+        if key in saved and saved[key] != settings[key]:
+            raise UserError(f"{path}: saved with {_option(key)} {saved[key]}, now {settings[key]}; {hint}")
+    for side in ("train", "valid"):
+        key, count = f"{side}_sha256", f"{side}_sentences"
+        if key in saved and saved[key] != settings[key]:
+            what = "training" if side == "train" else "validation"
+            raise UserError(
+                f"{path}: saved for other {what} text ({saved.get(count)} sentences then, {settings[count]} now); "
+                f"{hint}"
+            )
+
+
+def _restore(path: Path, state: dict, model, optimizer, scheduler, device: torch.device) -> dict:
+    """Load ``state`` into the model, optimiser and schedule and set the random generators as they were at the save
+    (dropout then draws what the run that was not stopped drew); the saved progress."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # a truncated or foreign file
-        raise UserError(f"{path}: not a readable train-lm state ({str(err).splitlines()[0]})") from None
-    if state.get("config") != model.config:
-        raise UserError(f"{path}: saved for another LM shape ({state.get('config')}); use the same options")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        rng = state.get("rng")
+        if isinstance(rng, dict) and "cpu" in rng:
+            torch.set_rng_state(rng["cpu"])
+            settings = state.get("settings")
+            saved_on = settings.get("device_type") if isinstance(settings, dict) else None
+            if device.type == "cuda" and "cuda" in rng:
+                torch.cuda.set_rng_state(rng["cuda"], device)
+            elif device.type != saved_on:
+                log.warning("train-lm: %s was saved on %s: dropout will differ from an unstopped run", path, saved_on)
+        else:
+            log.warning("train-lm: %s holds no generator states: dropout will differ from an unstopped run", path)
+    except (RuntimeError, KeyError, TypeError, ValueError, IndexError) as err:
+        raise UserError(f"{path}: not a usable train-lm state ({first_line(err)})") from None
     return dict(state["progress"])
 
 
