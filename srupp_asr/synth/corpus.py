@@ -20,7 +20,8 @@ Same seed, size, voices and text -> byte-identical FLACs and manifests (manifest
 path, so two folders differ in that path only).
 
 The sentence pool is collected once per corpus folder and kept in ``text/sentences.tsv``; a rerun reads it back
-(delete the file to collect again, e.g. after installing more text packages).
+(delete the file to collect again, e.g. after installing more text packages). A table whose spoken forms are not
+what the current verbaliser makes of their written forms (made by an older version) is collected again.
 
 Cut fields: the supervision's ``text`` is the spoken form, exactly what the voice was given; ``speaker`` is the
 voice name. ``custom`` holds ``voice``, ``engine``, ``donor``, ``split``, ``sentence_id``, ``source``, ``written``
@@ -57,6 +58,7 @@ from srupp_asr.fileio import atomic_output, atomic_write_text, read_text, remove
 from srupp_asr.synth.augment import SAMPLE_RATE, Variation, apply_variation, draw_variation, variation_settings
 from srupp_asr.synth.splits import HELD_OUT_DONORS, SPLITS, VoiceSplit, describe_splits, split_voices
 from srupp_asr.synth.texts import MAX_WORDS, MIN_WORDS, Sentence, SourceReport, collect_sentences, filter_sentences
+from srupp_asr.synth.verbalize import verbalize
 from srupp_asr.synth.voices import VOICES, SynthError, Voice, synthesize, voice_problem, voice_table
 from srupp_asr.text import normalize_text
 
@@ -388,12 +390,17 @@ def given_sentences(
     return sentences, list(by_source.values())
 
 
+def _made_by_this_verbalizer(sentences: Sequence[Sentence]) -> bool:
+    """Whether every cached sentence's spoken form is what :func:`verbalize` makes of its written form now (a pool
+    cached by an older verbaliser may hold forms the voices read differently from their transcripts)."""
+    return all(verbalize(s.written) == s.spoken for s in sentences)
+
+
 def _sentence_pool(out_dir: Path) -> tuple[list[Sentence], list[SourceReport], bool]:
     """The corpus folder's sentence pool (cached), else Debian's: (sentences, reports, whether to cache them)."""
     cache = out_dir / _SENTENCES
     reports: list[SourceReport] = []
-    if cache.is_file():
-        sentences = _read_sentences(cache)
+    if cache.is_file() and _made_by_this_verbalizer(sentences := _read_sentences(cache)):
         log.info("%s: reusing %d sentences", cache, len(sentences))
         sources_file = out_dir / "text" / "sources.json"
         if sources_file.is_file():
@@ -401,6 +408,8 @@ def _sentence_pool(out_dir: Path) -> tuple[list[Sentence], list[SourceReport], b
                 SourceReport(**{**r, "packages": tuple(r["packages"])}) for r in json.loads(sources_file.read_text())
             ]
         return sentences, reports, False
+    if cache.is_file():
+        log.warning("%s: made by another version of the verbaliser; collecting the sentences again", cache)
     sentences = collect_sentences(report=reports)
     found = [f"{r.name} ({r.kept})" for r in reports if r.files]
     missing = [f"{r.name} ({' or '.join(r.packages)})" for r in reports if not r.files]

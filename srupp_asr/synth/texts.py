@@ -11,7 +11,8 @@ Sources (each used when its package is installed; :func:`collect_sentences` repo
 
 Every passage is split into sentences; each sentence is turned into its spoken form by
 :func:`srupp_asr.synth.verbalize.verbalize` (or dropped), kept when it has 4-30 words and reads as English, and
-deduplicated by its normalised transcript (:func:`srupp_asr.text.normalize_text`), the first source winning.
+deduplicated by its normalised transcript (:func:`srupp_asr.text.normalize_text`), the first source winning. The
+spoken form is what every voice is given: its words, and only its words, are the transcript's.
 """
 
 from __future__ import annotations

@@ -5,6 +5,26 @@ cannot say unambiguously (a URL or e-mail address, a time, a fraction, a range, 
 digits, an acronym, a Roman numeral, an abbreviation such as "St." or "No.", any character outside plain
 ASCII letters and punctuation). Dropping such sentences keeps every transcript equal to what the voice said.
 
+The spoken form is what every engine is given, and its words are exactly the transcript's
+(:func:`srupp_asr.text.normalize_text` of it): plain words (letters, with apostrophes and hyphens inside)
+separated by spaces and the clause punctuation ``, ; : . ! ?`` that only sets pauses and intonation. Quotes go;
+brackets, dashes and ellipses become commas; labels ("Q:", "A:", "a)", "qotd:") and emoticons are left out.
+A sentence is dropped when an engine would say something other than its words (measured by comparing what
+espeak-ng, flite and festival make of the spoken form and of the transcript; see
+``tests/test_synth_text_audio.py``):
+
+- punctuation glued inside a token ("comp.unix", "a:b", "U.S.", "yes,no"): read out as "dot", "colon", ...;
+- a word part of two or more letters without a vowel ("Mr", "St", "hmm", "ftp", "'ll" alone): spelled
+  letter by letter or expanded ("mister", "saint" / "street");
+- capitals after a word's first letter ("CDs", "IBM's", "MacDonald", "TeX"): spelled, or split in two;
+- a lone all-capital word of four letters or more ("UNIX", "QOTD"): an acronym, read as a word or spelled
+  (two or more are shouting, "DON'T PANIC", and are said as lower-case words);
+- a letter three times in a row ("Shhh", "awwwesome"): spelled or garbled;
+- "V" or "X" alone, or "I" after a king's name or a word like "book", "part", "war": read as a number
+  ("World War one", "Henry the fifth");
+- a US state abbreviation that flite expands ("Ca", "Boston Mass"), abbreviations without their period that
+  engines expand or spell ("dept", "adj", "est"); "etc" without a period is said "et cetera".
+
 Numbers are read the American way, without "and" ("one hundred five"); a four-digit number from 1100 to 2099
 without a thousands comma is read as a year ("nineteen eighty-four", "two thousand five", "twenty twelve"),
 as people also read counts like "1500 men" ("fifteen hundred").
@@ -12,6 +32,7 @@ as people also read counts like "1500 men" ("fifteen hundred").
 
 from __future__ import annotations
 
+import itertools
 import re
 
 _ONES = [
@@ -152,6 +173,7 @@ ABBREVIATIONS = frozenset(
     mr mrs ms dr st jr sr prof gen col capt lt sgt gov rev hon inc ltd co corp no nos vol vols fig figs
     pp p ch chap cf viz ibid approx mt ave blvd rd jan feb mar apr jun jul aug sep sept oct nov dec mon
     tue wed thu fri sat sun esq messrs mme mlle ft lb lbs oz yd yds sq ed eds dept univ est op cit al
+    adj adv prep conj pron interj
     a.m p.m
     """.split()  # noqa: SIM905 (a word list reads better as text)
 )
@@ -160,7 +182,7 @@ ABBREVIATIONS = frozenset(
 _FINAL_ABBREVIATIONS = frozenset(
     """
     jr sr inc ltd corp esq messrs ibid approx viz cf ave blvd dept univ mme mlle lbs yds vols figs a.m
-    p.m
+    p.m adj adv prep conj pron interj
     """.split()  # noqa: SIM905 (a word list reads better as text)
 )
 _ABBREV_TOKEN = re.compile(r"(?<![\w.])((?:[A-Za-z]\.){2,}|[A-Za-z]+\.)")
@@ -182,6 +204,93 @@ _ALLOWED = re.compile(r"[A-Za-z' ,.;:!?\"()-]*")
 _SYMBOLS = {"&": " and ", "+": " plus ", "=": " equals "}
 _NEEDS_WORDS = re.compile(r"[\d$£%&+=]")
 _CAPITALS = re.compile(r"(?<![A-Za-z'])[A-Z][A-Z']*[A-Z](?![A-Za-z'])")  # two or more capitals
+
+
+# Left out before anything else: emoticons (":-)", ";P") and labels that open a sentence ("Q:", "A.", "a)", "(iv)",
+# "qotd:"); an engine says them as letters, words or punctuation names.
+_EMOTICON = re.compile(r"(?<!\S)(?:[:;=][-o^']?[()\[\]DPp|\\/*]+|[()][-^]?[:;])(?=[\s.,;!?]|$)")
+_LABEL = re.compile(r"^(?:[QA][:.]|\(?(?:[a-z]|[ivx]{1,4})\)|(?i:qotd):)\s+")
+
+# The words of a spoken form: letters with apostrophes or hyphens inside; what lies between them is punctuation.
+_WORD = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*")
+_CONTRACTION_ENDS = frozenset({"s", "t", "d", "m", "ll", "ve", "re"})  # "'s", "n't", "'ll" after an apostrophe
+_VOWEL = re.compile(r"[aeiouAEIOU]|(?<=.)[yY]")  # "y" counts after the first letter ("my", not "yd")
+_LETTER_THRICE = re.compile(r"([A-Za-z])\1\1")
+# flite and festival read "I", "V" and "X" as numbers after a king's name or a word like "book" (flite's us_text.c
+# rex_like / section_like, festival's token.scm); "V" and "X" alone are numerals or letters, never both safely.
+_NUMERAL_AFTER = frozenset(
+    """
+    louis henry charles philip george edward pius william richard ptolemy john paul peter nicholas frederick
+    james alfonso ivan napoleon leo gregory catherine alexandria pierre elizabeth mary king queen pope duke
+    section chapter part phrase verse scene act book volume chap war apollo trek fortran
+    """.split()  # noqa: SIM905 (a word list reads better as text)
+)
+# flite's US state abbreviations (us_text.c): the first set is always expanded ("Ca" -> "california"), the
+# second after a capitalised word when a lower-case word, nothing or a full stop follows ("Boston Mass?").
+_STATES = frozenset("Ak Ala Az Ca Calif Colo Fla Ga Kans Ks Nev Okla Wyo".split())  # noqa: SIM905
+_AMBIGUOUS_STATES = frozenset(
+    """
+    Al Cal Co De Del Fl Hi Ia Il Ind Ky La Lou Lous Ma Mass Md Me Mi Mich Minn Miss Mo Mt Ne Neb Or Ore Pa
+    Penn Tex Tn Tenn Tx Wa Wash Wi Wy
+    """.split()  # noqa: SIM905 (a word list reads better as text)
+)
+# Abbreviations without their period that an engine expands or spells ("dept" -> "department", "adj" -> "a d j");
+# "etc" is said "et cetera" by every engine, so it is written so.
+_BARE_ABBREVIATIONS = frozenset({"adj", "adv", "apr", "dept", "esq", "est", "mlle", "mme"})
+_BARE_EXPAND = {"etc": "et cetera"}
+
+
+def _pause(gap: str) -> str:
+    """The punctuation a gap between two words (or after the last) is said with: a clause mark or nothing."""
+    gap = re.sub(r"\.{2,}", ",", gap)  # an ellipsis is a pause
+    for mark in "?!.;:":
+        if mark in gap:
+            return mark
+    return "," if re.search(r"[,()-]", gap) else ""
+
+
+def _unsayable_word(word: str, before: str, after: str | None, gap_after: str) -> bool:
+    """Whether an engine would say ``word`` as something else (see the module docstring); ``before`` and ``after``
+    are the neighbouring words ("" / None at the ends), ``gap_after`` the punctuation that follows it."""
+    parts = []
+    for piece in word.split("-"):
+        head, *tails = piece.split("'")
+        parts += [head, *(t for t in tails if t.lower() not in _CONTRACTION_ENDS)]
+    for part in parts:
+        if len(part) >= 2 and (not _VOWEL.search(part) or part[1:] != part[1:].lower()):
+            return True  # spelled or expanded ("Mr", "hmm"), or spelled / split ("CDs", "MacDonald")
+    if _LETTER_THRICE.search(word) or word.lower() in _BARE_ABBREVIATIONS:
+        return True
+    if word in ("V", "X") or (word == "I" and before.lower() in _NUMERAL_AFTER):
+        return True
+    pieces = word.split("-")  # flite reads each piece of a hyphenated word on its own, in the word's context
+    if any(piece in _STATES for piece in pieces):
+        return True
+    return (
+        any(piece in _AMBIGUOUS_STATES for piece in pieces)
+        and len(before) > 2
+        and before[:1].isupper()
+        and (after is None or after[:1].islower() or "." in gap_after)
+    )
+
+
+def _words_and_pauses(text: str) -> str | None:
+    """``text`` as the words of its transcript with clause punctuation only, or None when an engine would say
+    something else than those words (glued punctuation, spelled or expanded words)."""
+    matches = list(_WORD.finditer(text))
+    if not matches:
+        return None
+    words = [m.group(0) for m in matches]
+    gaps = [text[a.end() : b.start()] for a, b in itertools.pairwise(matches)] + [text[matches[-1].end() :]]
+    out = []
+    for i, (word, gap) in enumerate(zip(words, gaps, strict=True)):
+        after = words[i + 1] if i + 1 < len(words) else None
+        if after is not None and not re.search(r"\s", gap) and not re.fullmatch(r"(?:\.{2,}|[()\"])+", gap):
+            return None  # punctuation glued between two words ("comp.unix", "a:b", "U.S."): said as "dot", ...
+        if _unsayable_word(word, words[i - 1] if i else "", after, gap):
+            return None
+        out.append(_BARE_EXPAND.get(word.lower(), word) + _pause(gap))
+    return " ".join(out)
 
 
 def _currency(match: re.Match) -> str:
@@ -240,6 +349,7 @@ def verbalize(sentence: str) -> str | None:
     """The spoken form of one written English sentence, or None when it cannot be said unambiguously."""
     text = re.sub(r".\x08", "", sentence).translate(_TRANSLATE)  # drop overstrike (fortune files)
     text = " ".join(text.replace("--", " - ").split())
+    text = _LABEL.sub("", " ".join(_EMOTICON.sub(" ", text).split()))
     if not text or _UNSAYABLE.search(text):
         return None
     text = _abbreviations(text)
@@ -263,6 +373,8 @@ def verbalize(sentence: str) -> str | None:
         if _ROMAN.match(core) or len(core) <= 3:
             return None  # a Roman numeral, or an acronym a voice may spell or read as a word
         shouted.append(core)
+    if len(shouted) == 1:
+        return None  # one capitalised word is an acronym ("UNIX", "QOTD"), read as a word or spelled
     for word in shouted:  # shouted words ("DON'T PANIC") are said as words
         text = re.sub(rf"\b{re.escape(word)}\b", word.lower(), text)
-    return text
+    return _words_and_pauses(text)
