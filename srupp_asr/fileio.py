@@ -172,3 +172,29 @@ def read_yaml_mapping(path: str | os.PathLike, what: str = "config file") -> dic
     if not isinstance(data, dict):
         raise UserError(f"{path}: a {what} must hold a YAML mapping")
     return data
+
+
+class LockHeld(Exception):
+    """:func:`take_pid_lock` found the lock held; ``holder`` is the pid the holder wrote (``?`` if none)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+def take_pid_lock(path: str | os.PathLike[str]) -> int:
+    """Take an exclusive ``flock`` on ``path`` (created if missing) and write this process's pid into it; return
+    its descriptor (closing it releases the lock, as the process's end does, however it ends). Raises
+    :class:`LockHeld` with the holder's pid when another process holds it."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise LockHeld(holder) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

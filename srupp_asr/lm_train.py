@@ -55,7 +55,7 @@ from srupp_asr.checks import (
     check_size,
 )
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import atomic_output, fsync_directory
+from srupp_asr.fileio import LockHeld, atomic_output, fsync_directory, take_pid_lock
 from srupp_asr.interrupts import (
     EXIT_STATUS,
     INTERRUPTED_STATUS,
@@ -338,21 +338,14 @@ def _train(cfg: LMTrainConfig, device: torch.device, state_path: Path) -> dict[s
 def _run_lock(path: Path, out_dir: str) -> Iterator[None]:
     """Hold ``path`` (``flock``) while training: a second train-lm into the same ``out_dir`` is a UserError naming
     the first one's pid. The lock goes with the process, however it ends."""
-    import fcntl
-
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
+        fd = take_pid_lock(path)
+    except LockHeld as held:
         raise UserError(
-            f"{out_dir}: another train-lm (pid {holder}) is training into it; give this one its own --out-dir"
+            f"{out_dir}: another train-lm (pid {held.holder}) is training into it; give this one its own --out-dir"
         ) from None
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)

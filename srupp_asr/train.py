@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from srupp_asr.checks import ConfigValueError
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import read_yaml_mapping
+from srupp_asr.fileio import LockHeld, read_yaml_mapping, take_pid_lock
 from srupp_asr.interrupts import EXIT_STATUS, INTERRUPTED_STATUS, Terminated, defer_sigint, defer_sigterm
 
 if TYPE_CHECKING:
@@ -139,23 +139,15 @@ def lock_run_dir(default_root_dir: str | os.PathLike[str] | None) -> None:
     """Take ``<default_root_dir>/.train.lock`` for this process (rank 0 of a run; the other ranks share its
     folder); a UserError naming the folder when another ``fit`` holds it. Released by :func:`release_run_dirs`
     or when the process ends, however it ends."""
-    import fcntl
-
     if not _is_rank_zero():
         return
-    path = os.path.join(os.fspath(default_root_dir or "."), LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
+        fd = take_pid_lock(os.path.join(os.fspath(default_root_dir or "."), LOCK_FILE))
+    except LockHeld as held:
         raise UserError(
-            f"{default_root_dir or '.'}: another `srupp-asr train fit` (pid {holder}) is writing to this folder;"
+            f"{default_root_dir or '.'}: another `srupp-asr train fit` (pid {held.holder}) is writing to this folder;"
             " give this run its own trainer.default_root_dir"
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held_locks.append(fd)
 
 
