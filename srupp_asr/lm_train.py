@@ -21,6 +21,11 @@ options differ from the saved run's is refused, naming the state file and the fi
 the last save (``--valid-every`` bounds them). A run holds ``OUT_DIR.train.lock`` (``flock``): a second train-lm into
 the same ``--out-dir`` is refused.
 
+Finishing: a run that ends as asked (``--max-epochs`` or ``--max-time`` reached) writes ``OUT_DIR.train.done``, a JSON
+file of its final numbers, after its last state save; every run (fresh or resumed) first removes it. So a script can
+tell a finished run (``.train.done``) from one that stopped before its end (``.train.pt`` only: resume it), as the
+recipes' LM stage does.
+
 Stopping: SIGTERM, or a first Ctrl-C, stops the run after the step under way (or during validation, after the batch
 under way) with its state saved: one line, exit status 143 (130 for Ctrl-C); a validation it cut short is run again
 first by ``--resume``. A ``--max-time`` stop validates (the best LM may then be the one of that moment) and saves the
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import logging
 import math
 import os
@@ -55,7 +61,7 @@ from srupp_asr.checks import (
     check_size,
 )
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import LockHeld, atomic_output, fsync_directory, take_pid_lock
+from srupp_asr.fileio import LockHeld, atomic_output, atomic_write_text, fsync_directory, take_pid_lock
 from srupp_asr.interrupts import (
     EXIT_STATUS,
     INTERRUPTED_STATUS,
@@ -187,9 +193,14 @@ def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
     device = torch.device(cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError("train-lm: --device cuda asked for, but no CUDA device is available")
-    state_path = Path(f"{cfg.out_dir.rstrip('/')}.train.pt")
-    with _run_lock(Path(f"{cfg.out_dir.rstrip('/')}.train.lock"), cfg.out_dir):
-        return _train(cfg, device, state_path)
+    base = cfg.out_dir.rstrip("/")
+    state_path, done_path = Path(f"{base}.train.pt"), Path(f"{base}.train.done")
+    with _run_lock(Path(f"{base}.train.lock"), cfg.out_dir):
+        done_path.unlink(missing_ok=True)  # this run is not finished (yet), whatever an earlier one was
+        result = _train(cfg, device, state_path)
+        numbers = {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in result.items()}
+        atomic_write_text(done_path, json.dumps({**numbers, "state": str(state_path)}, indent=1) + "\n")
+        return result
 
 
 def _train(cfg: LMTrainConfig, device: torch.device, state_path: Path) -> dict[str, float]:

@@ -7,6 +7,7 @@ included, in every beam mode, batched or not."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -158,6 +159,8 @@ def test_a_stopped_and_resumed_run_ends_bitwise_where_an_unstopped_one_does(
             status = "killed"
         progress = state_of(out)["progress"]
         stops.append((status, progress["step"], progress["validate"]))
+        # finished as asked (all epochs, or --max-time) marks OUT.train.done; a stop, a kill, a run under way do not
+        assert Path(f"{out}.train.done").is_file() == (status == 0), (status, stops)
         resume = ["--resume"]
         if progress["epoch"] == MAX_EPOCHS and not progress["validate"]:
             break
@@ -171,6 +174,9 @@ def test_a_stopped_and_resumed_run_ends_bitwise_where_an_unstopped_one_does(
         assert saved_at == (step // 4 * 4 if action == "kill" else step), stops
     assert len(stops) == len(SCENARIOS[name]) + 1 and stops[-1][0] == 0, stops
     assert_same_run(out, reference)
+    done = json.loads(Path(f"{out}.train.done").read_text())
+    assert done["steps"] == reference[0]["progress"]["step"] and done["epochs"] == MAX_EPOCHS
+    assert done["best_valid_ppl"] == reference[0]["progress"]["best"] and done["state"] == f"{out}.train.pt"
 
 
 STOP_IN_A_CHILD = """

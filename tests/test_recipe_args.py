@@ -475,6 +475,41 @@ def test_a_missing_lm_text_file_is_one_line_exit_2_naming_it(tmp_path, stub, rec
         assert _refused(out, stub) == "run.sh: --lm-text: cannot read 'b.txt' (permission denied)"
 
 
+# ---- the LM stage: a finished training is skipped, a stopped one resumed ----------------------------------------
+
+LM_STAGE = {r: LM_ONLY for r in CORPORA} | {"synth_en": ["--stage", "3", "--stop-stage", "3", "--lm", "true"]}
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_the_lm_stage_resumes_a_stopped_training_and_skips_a_finished_one(tmp_path, stub, recipe):
+    # Was: an LM folder of any kind was skipped, so an LM training stopped after its first validation (which writes
+    # the LM folder) stayed half-trained through every rerun; synth_en looked at the folder's weights file alike.
+    data, lm = tmp_path / "data", tmp_path / "exp" / "lm"
+    data.mkdir()
+    (data / "tokenizer.model").write_text("")  # synth_en's stage 3 makes the tokenizer first: here it is made
+
+    def run() -> list[str] | None:
+        stub.unlink(missing_ok=True)
+        out = _run(recipe, stub, *_tmp_paths(tmp_path), *LM_STAGE[recipe])
+        assert out.returncode == 0, out.stderr[-3000:]
+        calls = [c[1:] for c in _calls(stub) if c[0] == "train-lm"]
+        assert len(calls) <= 1, calls
+        return calls[0] if calls else None
+
+    first = run()  # nothing there: a fresh training
+    assert first is not None and "--resume" not in first and _after(first, "--out-dir") == str(lm)
+    lm.mkdir(parents=True)
+    (lm / "model.safetensors").write_text("")
+    Path(f"{lm}.train.pt").write_text("")  # stopped after a validation: its state and an LM folder, not done
+    again = run()
+    assert again == [*first, "--resume"]
+    Path(f"{lm}.train.done").write_text("{}")  # train-lm finished it
+    assert run() is None
+    Path(f"{lm}.train.done").unlink()
+    Path(f"{lm}.train.pt").unlink()  # an LM folder trained elsewhere, no state of ours: kept as it is
+    assert run() is None
+
+
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="needs shellcheck")
 def test_the_recipes_are_shellcheck_clean():
     scripts = [str(ROOT / "recipes" / r / "run.sh") for r in RECIPES] + [str(ROOT / "recipes/common/stages.sh")]

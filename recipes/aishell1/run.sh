@@ -30,7 +30,8 @@
 #      transcripts, as ESPnet's AISHELL LM). Each --lm-text names one text file, one sentence a line (a
 #      relative path is taken from the directory the script is run in); repeat the option for more files:
 #      --lm-text a.txt --lm-text "my texts/b.txt". A value is never split at blanks (the former word list
-#      --lm-text "a.txt b.txt" is refused: no such file)
+#      --lm-text "a.txt b.txt" is refused: no such file).
+#      An LM training that stopped before its end is resumed by a rerun; a finished one is skipped
 #   8  decode and score dev and test with each decoding mode (srupp-asr evaluate); beam and weights from
 #      --decode-config (conf/decode_aishell1.yaml), with the LM too when stage 7 made one
 #   9  the summary table $exp/RESULTS.md

@@ -376,9 +376,12 @@ stage_speed_perturb() {
 # true, an SRU++ language model (srupp-asr train-lm; on CUDA when nvidia-smi finds a GPU) into LM_DIR, with the
 # tokenizer model TOKENIZER, on the NUM_TEXT text files TEXT that follow (each one argument of --train-text; when
 # NUM_TEXT is 0: on the transcripts of the cut manifest TRAIN_CUTS), validated on VALID_CUTS; the OPTIONs after the
-# text files go to train-lm after those.
+# text files go to train-lm after those. A run that train-lm finished (LM_DIR.train.done) is skipped; one that stopped
+# before its end (LM_DIR.train.pt without .train.done: killed, Ctrl-C, a full disk) is resumed with --resume; an
+# LM_DIR with neither (an LM trained elsewhere) is skipped.
 stage_lm() {
   local n=$1 enabled=$2 lm_out=$3 tokenizer=$4 train_cuts=$5 valid_cuts=$6 num_text=$7 text_args=() lm_device=cpu
+  local base=${3%/} resume=()
   shift 7
   if [ "$num_text" -gt 0 ]; then
     text_args=(--train-text "${@:1:num_text}")
@@ -390,14 +393,21 @@ stage_lm() {
     log "$n" "no LM (--use-lm false)"
     return 0
   fi
-  if [ -d "$lm_out" ]; then
+  if [ -f "$base.train.done" ]; then
+    log "$n" "$lm_out exists (its training finished), skipping"
+    return 0
+  elif [ -f "$base.train.pt" ]; then
+    resume=(--resume)
+    log "$n" "resuming the unfinished LM training of $base.train.pt (delete it to start afresh)"
+  elif [ -d "$lm_out" ]; then
     log "$n" "$lm_out exists, skipping"
     return 0
+  else
+    log "$n" "training an SRU++ LM into $lm_out"
   fi
   if command -v nvidia-smi >/dev/null 2>&1; then lm_device=cuda; fi
-  log "$n" "training an SRU++ LM into $lm_out"
   srupp train-lm --tokenizer "$tokenizer" "${text_args[@]}" --valid-cuts "$valid_cuts" --out-dir "$lm_out" \
-    --device "$lm_device" "$@"
+    --device "$lm_device" "$@" "${resume[@]}"
   log "$n" "wrote $lm_out"
 }
 

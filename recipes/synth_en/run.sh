@@ -13,7 +13,7 @@
 #   2  global CMVN statistics of the training set
 #   3  sentencepiece tokenizer on the training transcripts, then (--lm true) an SRU++ language model
 #      (srupp-asr train-lm) on the training side of the corpus' sentence pool (text/lm_train.txt: every sentence
-#      that is not a dev or test sentence, spoken in the corpus or not) into $exp/lm
+#      that is not a dev or test sentence, spoken in the corpus or not) into $exp/lm (resumes one that stopped)
 #   4  train (srupp-asr train fit; resumes from last.ckpt)
 #   5  average the best checkpoints into a model directory
 #   6  decode and score the test sets (seen and held-out voices) with each decoding mode of --decodings (default
@@ -121,8 +121,6 @@ if runs 3; then
   stage_tokenizer 3 "$manifests/train_cuts.jsonl.gz" "$data/tokenizer.model" "$vocab_size" unigram
   if ! $lm; then
     log 3 "--lm false: no language model"
-  elif [ -f "$exp/lm/model.safetensors" ]; then
-    log 3 "$exp/lm exists, skipping"
   else
     case "$size" in  # the LM's share of the time budget: minutes of CPU, not epochs
       tiny) lm_size=(--d-model 64 --num-layers 1 --attn-dim 32 --num-heads 2 --max-epochs 2) ;;
@@ -130,11 +128,9 @@ if runs 3; then
       *) lm_size=(--d-model 512 --num-layers 4 --attn-dim 256 --num-heads 4 --max-epochs 20) ;;
     esac
     split_words extra "$lm_args"
-    if [ -f "$exp/lm.train.pt" ]; then extra+=(--resume); fi
-    srupp train-lm --tokenizer "$data/tokenizer.model" --train-text "$corpus/text/lm_train.txt" \
-      --valid-cuts "$manifests/dev_cuts.jsonl.gz" --out-dir "$exp/lm" --device "$device" \
-      --batch-tokens 6000 --lr 0.003 --warmup-steps 300 "${lm_size[@]}" "${extra[@]}"
-    log 3 "wrote the language model $exp/lm"
+    stage_lm 3 true "$exp/lm" "$data/tokenizer.model" "" "$manifests/dev_cuts.jsonl.gz" 1 \
+      "$corpus/text/lm_train.txt" --device "$device" --batch-tokens 6000 --lr 0.003 --warmup-steps 300 \
+      "${lm_size[@]}" "${extra[@]}"
   fi
 fi
 

@@ -31,7 +31,8 @@
 #      --lm-text names one text file, one sentence a line (a relative path is taken from the directory the
 #      script is run in); repeat the option for more files: --lm-text a.txt --lm-text "my texts/b.txt", or
 #      for f in LM/*.en; do lm+=(--lm-text "$f"); done; recipes/tedlium3/run.sh "${lm[@]}" ... A value is
-#      never split at blanks (the former word list --lm-text "a.txt b.txt" is refused: no such file)
+#      never split at blanks (the former word list --lm-text "a.txt b.txt" is refused: no such file).
+#      An LM training that stopped before its end is resumed by a rerun; a finished one is skipped
 #   8  decode and score the segments of each test set with each decoding mode (srupp-asr evaluate); beam and
 #      weights from --decode-config (conf/decode_tedlium3.yaml), with the LM too when stage 7 made one
 #   9  long-form test: each talk of --longform-sets transcribed whole from its SPHERE file (srupp-asr transcribe;
