@@ -54,6 +54,7 @@ def test_stages_0_to_7_build_a_corpus_train_export_and_score_and_rerun_skips_don
     again = _run(*common, "--stage", "1", "--stop-stage", "3")
     assert "reused 90" in again or "made 0" in again
     assert "cmvn.json exists, skipping" in again and "tokenizer.model exists, skipping" in again
+    assert f"{exp / 'lm'} exists (its training finished), skipping" in again
     again = _run(*common, *decode, "--stage", "6", "--stop-stage", "6")
     assert again.count("results.json exists, skipping") == 4
 
