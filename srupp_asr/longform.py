@@ -110,9 +110,16 @@ def silences_from_blocks(
     blocks: Iterable[np.ndarray | Any], frame_samples: int, min_silence_frames: int
 ) -> list[tuple[int, int]]:
     """:func:`find_silences` over a recording read as consecutive blocks (each a whole number of frames but the
-    last), so only the energies, not the audio, are held."""
-    energies = [frame_energies_db(block, frame_samples) for block in blocks]
-    return find_silences(np.concatenate(energies) if energies else np.zeros(0), frame_samples, min_silence_frames)
+    last), so only the energies, not the audio, are held. A silence that reaches the last whole frame runs on to
+    the end of the recording (over the partial frame, which has no energy of its own)."""
+    energies, total = [], 0
+    for block in blocks:
+        energies.append(frame_energies_db(block, frame_samples))
+        total += len(block)
+    found = find_silences(np.concatenate(energies) if energies else np.zeros(0), frame_samples, min_silence_frames)
+    if found and total - found[-1][1] < frame_samples:
+        found[-1] = (found[-1][0], total)
+    return found
 
 
 def energy_threshold_db(energies_db: np.ndarray) -> float:
@@ -130,13 +137,43 @@ def find_silences(
     energies_db: np.ndarray, frame_samples: int, min_silence_frames: int, threshold_db: float | None = None
 ) -> list[tuple[int, int]]:
     """``(start, end)`` sample ranges where at least ``min_silence_frames`` frames in a row lie below the threshold
-    (default: :func:`energy_threshold_db` of these energies)."""
+    (default: :func:`energy_threshold_db` of these energies) and hold no quieter sound of their own.
+
+    A stretch below the recording's threshold whose frames rise above the stretch's own threshold (a speaker far
+    quieter than the loudest one: 40 dB quieter falls wholly below the recording's threshold) is not a silence:
+    only the pauses inside it, found the same way with its own threshold, are. Otherwise a chunk inside it would
+    be skipped as silent, and the cuts could fall inside its words."""
+    return _silences(np.asarray(energies_db, dtype=np.float64), frame_samples, min_silence_frames, threshold_db, 0)
+
+
+MAX_VAD_LEVELS = 4  # how many times a quiet stretch is searched again with its own threshold
+
+
+def _silences(
+    energies: np.ndarray, frame_samples: int, min_frames: int, threshold_db: float | None, level: int
+) -> list[tuple[int, int]]:
     if threshold_db is None:
-        threshold_db = energy_threshold_db(energies_db)
-    quiet = np.concatenate([[False], np.asarray(energies_db) < threshold_db, [False]])
+        threshold_db = energy_threshold_db(energies)
+    quiet = np.concatenate([[False], energies < threshold_db, [False]])
     edges = np.flatnonzero(np.diff(quiet.astype(np.int8)))
-    runs = zip(edges[0::2], edges[1::2], strict=True)
-    return [(int(a) * frame_samples, int(b) * frame_samples) for a, b in runs if b - a >= min_silence_frames]
+    found = []
+    for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
+        if b - a < min_frames:
+            continue
+        if level + 1 < MAX_VAD_LEVELS and len(loud_frames(energies[a:b])):
+            inner = _silences(energies[a:b], frame_samples, min_frames, None, level + 1)
+            found.extend((a * frame_samples + x, a * frame_samples + y) for x, y in inner)
+        else:
+            found.append((a * frame_samples, b * frame_samples))
+    return found
+
+
+def loud_frames(energies_db: np.ndarray) -> np.ndarray:
+    """Indices of the frames at or above the energies' own :func:`energy_threshold_db`: none for silence or steady
+    noise (the threshold is at least ``VAD_MARGIN_DB`` above the noise floor)."""
+    if len(energies_db) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(energies_db >= energy_threshold_db(energies_db))
 
 
 # ------------------------------------------------------------------------------------------ joining chunks
@@ -211,7 +248,7 @@ def leading_silence(wav: np.ndarray | Any, sample_rate: int) -> float:
     block = frame * round(30.0 / VAD_FRAME_SECONDS)  # 30 s at a time: a 600 s chunk is not copied whole
     energies = [frame_energies_db(wav[i : i + block], frame) for i in range(0, len(wav), block)]
     energies = np.concatenate(energies) if energies else np.zeros(0)
-    loud = np.flatnonzero(energies >= energy_threshold_db(energies)) if len(energies) else []
+    loud = loud_frames(energies)
     if len(loud) == 0 or loud[0] < round(MIN_SILENCE / VAD_FRAME_SECONDS):
         return 0.0
     return float(loud[0] * frame / sample_rate)

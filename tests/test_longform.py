@@ -96,6 +96,28 @@ def test_silences_are_runs_of_quiet_frames_long_enough():
     assert find_silences(energies, frame_samples=10, min_silence_frames=4, threshold_db=-95.0) == []
 
 
+def test_a_quiet_speaker_below_the_recordings_threshold_is_not_a_silence_but_its_pauses_are():
+    # Was: a speaker 40 dB quieter than the loudest lies wholly below the recording's threshold (-50 dB here), so
+    # the whole stretch was one silence: --vad skipped the chunks inside it (their words lost) and cut in its words.
+    quiet_speech = ([-62.0] * 20 + [-100.0] * 40) * 3  # a quiet speaker's words and 0.4 s pauses
+    energies = np.array([-20.0] * 50 + [-100.0] * 40 + quiet_speech + [-100.0] * 40)
+    assert energy_threshold_db(energies) == pytest.approx(-50.0)
+    # frames 50-89 silent, quiet words at 90, 150 and 210 (20 frames each), 270-309 silent again: the silences are
+    # the pauses around the quiet words, not frames 50-309 as one
+    found = find_silences(energies, frame_samples=10, min_silence_frames=30)
+    assert found == [(500, 900), (1100, 1500), (1700, 2100), (2300, 3100)]
+    # Steady noise in a stretch (a spread of 2 dB) holds no sound of its own: still one silence.
+    noisy = np.array([-20.0] * 50 + [-71.0, -70.0, -69.0] * 30 + [-20.0] * 50)
+    assert find_silences(noisy, frame_samples=10, min_silence_frames=30) == [(500, 1400)]
+
+
+def test_a_silence_at_the_end_runs_over_the_last_partial_frame():
+    # Was: it ended at the last whole frame, so the last chunk (to the last sample) was never inside it: --vad
+    # decoded that chunk of silence, where the built-in model makes up a word.
+    wav = np.concatenate([np.full(16000, 0.1), np.zeros(16000 + 50)])
+    assert silences_from_blocks([wav[:8000], wav[8000:]], 160, 30) == [(16000, 32050)]
+
+
 def test_threshold_sits_between_noise_floor_and_speech():
     energies = np.array([-60.0] * 50 + [-20.0] * 50)
     assert energy_threshold_db(energies) == pytest.approx(-40.0)  # halfway from -60 to -20

@@ -355,6 +355,34 @@ def test_a_long_recording_keeps_every_word_once_at_its_offset(capsys, recording,
     _check_files(out, "long", data)
 
 
+def test_the_vad_decodes_a_speaker_40_db_quieter_and_no_word_in_the_silence_after(capsys, sentences, tmp_path):
+    """A loud sentence, then three sentences 40 dB quieter (wholly below the recording's VAD threshold), then 1 s of
+    silence and a partial 10 ms frame, with --vad and 4 s chunks: the quiet speech gets as many words as decoded
+    alone, and no word comes after it."""
+    # Was: the quiet stretch was one VAD silence, its chunks skipped: 4 of its 27 words were kept; and the last
+    # chunk, pure silence, was decoded (the trailing partial frame kept it out of the silence) and gave "he".
+    gain, gap = 10 ** (-40 / 20), np.zeros(round(0.2 * SAMPLE_RATE), np.float32)
+    quiet = np.concatenate([sentences[1] * gain, gap, sentences[2] * gain, gap, sentences[1] * gain])
+    lead = np.concatenate([np.zeros(SAMPLE_RATE, np.float32), sentences[0], np.zeros(round(1.5 * SAMPLE_RATE))])
+    tail = np.zeros(SAMPLE_RATE + 37, np.float32)
+    sf.write(tmp_path / "quiet.wav", quiet, SAMPLE_RATE, subtype="FLOAT")
+    sf.write(tmp_path / "mixed.wav", np.concatenate([lead, quiet, tail]), SAMPLE_RATE, subtype="FLOAT")
+    out = tmp_path / "out"
+    assert _cli(capsys, "-f", "json", "-o", str(out), str(tmp_path / "quiet.wav")) == 0
+    alone = strict_json((out / "quiet.json").read_text())["text"].split()
+    assert len(alone) >= 20  # the built-in model hears the quiet speech when it is decoded
+    assert (
+        _cli(capsys, "--max-chunk-seconds", "4", "--vad", "-f", "json", "-o", str(out), str(tmp_path / "mixed.wav"))
+        == 0
+    )
+    data = strict_json((out / "mixed.json").read_text())
+    words = [w for s in data["segments"] for w in s["words"]]
+    start, end = len(lead) / SAMPLE_RATE, (len(lead) + len(quiet)) / SAMPLE_RATE
+    heard = [w["word"] for w in words if start - 0.3 <= w["start"] and w["end"] <= end + 0.3]
+    assert abs(len(heard) - len(alone)) <= 2, (heard, alone)
+    assert words[-1]["end"] <= end + 0.3, words[-3:]
+
+
 def _check_files(out: Path, name: str, data: dict) -> None:
     """The srt, vtt, tsv and txt of ``name`` in ``out`` read back and agree with its JSON ``data``."""
     segments = [s for s in data["segments"] if s["text"]]
