@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import random
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
@@ -26,7 +27,7 @@ from lhotse import CutSet
 from lhotse.cut import Cut
 from lhotse.dataset import CutMix, DynamicBucketingSampler, ReverbWithImpulseResponse
 
-from srupp_asr.audio import SAMPLE_RATE  # the model's input rate; cuts at other rates are resampled on the fly
+from srupp_asr.audio import SAMPLE_RATE, prepare_waveform  # cuts at other rates are resampled on the fly
 from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output
@@ -126,20 +127,21 @@ def cut_text(cut: Cut) -> str:
 class ASRDataset(torch.utils.data.Dataset):
     """Map a lhotse batch of cuts to padded audio and token tensors (the sampler chooses the cuts).
 
-    ``dataset[cuts]`` returns a dict: ``audio`` (B, S) float32 zero-padded, ``audio_lens`` (B,) int64,
+    ``dataset[cuts]`` returns a dict: ``audio`` (B, S) float32 zero-padded (mono, clipped to [-1, 1] by
+    :func:`srupp_asr.audio.prepare_waveform` as in transcription and the CMVN statistics), ``audio_lens`` (B,) int64,
     ``tokens`` (B, U) int64 padded with ``TOKEN_PAD`` (-1), ``token_lens`` (B,) int64, ``texts`` (normalised)
     and ``cut_ids``. A cut whose audio cannot be loaded is left out with a warning naming it; if no cut of the
     batch loads, B is 0 and the training step should skip the batch.
 
     Augmentations, when given, run on the cuts before any audio is read: speed perturbation (one factor of
-    ``speed_perturb`` drawn per cut; 1.0 leaves it alone), noise from ``noise_cuts`` mixed in with probability
-    ``noise_prob`` at an SNR drawn from ``snr_range``, and reverberation with probability ``reverb_prob`` using
-    impulse responses lhotse generates (:class:`SeededReverb`). Training batches come from :class:`ResumableSampler`
-    as :class:`SeededBatch` es whose seed depends on (sampler seed, rank, epoch, batch index) only, so their random
-    choices do not depend on the DataLoader worker and a resumed run augments every batch exactly as the
-    uninterrupted run did; other batches draw from a per-process generator seeded from torch's RNG. Augmented audio
-    is loaded under :func:`reproducible_loading`: it does not depend on the process's global generators or thread
-    count (so not on ``num_workers``), and loading it leaves those generators alone.
+    ``speed_perturb`` drawn per cut; 1.0 leaves it alone), noise from ``noise_cuts`` (a random stretch of a longer
+    recording) mixed in with probability ``noise_prob`` at an SNR drawn from ``snr_range``, and reverberation with
+    probability ``reverb_prob`` using impulse responses lhotse generates (:class:`SeededReverb`). Training batches
+    come from :class:`ResumableSampler` as :class:`SeededBatch` es whose seed depends on (sampler seed, rank, epoch,
+    batch index) only, so their random choices do not depend on the DataLoader worker and a resumed run augments
+    every batch exactly as the uninterrupted run did; other batches draw from a per-process generator seeded from
+    torch's RNG. Augmented audio is loaded under :func:`reproducible_loading`: it does not depend on the process's
+    global generators or thread count (so not on ``num_workers``), and loading it leaves those generators alone.
     """
 
     def __init__(
@@ -192,6 +194,8 @@ class ASRDataset(torch.utils.data.Dataset):
                 pad_to_longest=False,
                 preserve_id=True,
                 seed=self._rng,
+                # A noise recording longer than the cut contributes a random stretch of itself, not always its start.
+                random_mix_offset=True,
             )
         self._reverb = None
         if self.reverb_prob > 0:
@@ -253,10 +257,8 @@ class ASRDataset(torch.utils.data.Dataset):
                 if len(self.load_errors) < 10_000:
                     self.load_errors.append((cut.id, str(err)))
                 continue
-            audio = np.asarray(audio, dtype=np.float32)
-            if audio.ndim == 2:
-                audio = audio.mean(axis=0)
-            audios.append(torch.from_numpy(audio))
+            # What transcribe and the CMVN statistics hear: mono, clipped to full scale as a 16-bit encoder would.
+            audios.append(prepare_waveform(audio, cut.sampling_rate))
             texts.append(cut_text(cut))
             ids.append(cut.id)
         return audios, texts, ids
@@ -406,7 +408,7 @@ class ResumableSampler(torch.utils.data.Sampler):
     would be shuffled as epoch 0; reading the epoch from ``epoch_fn`` when iteration starts avoids that.
     """
 
-    def __init__(self, sampler: DynamicBucketingSampler, epoch_fn: Callable[[], int] | None = None) -> None:
+    def __init__(self, sampler: BucketingSampler, epoch_fn: Callable[[], int] | None = None) -> None:
         """Wrap ``sampler``; ``epoch_fn()`` (optional) gives the epoch to use when iteration starts."""
         super().__init__()
         self.sampler = sampler
@@ -454,6 +456,40 @@ class ResumableSampler(torch.utils.data.Sampler):
             index += 1
 
 
+def padded_duration(cuts: Iterable[Cut]) -> float:
+    """Seconds of audio a batch of ``cuts`` takes once padded: the number of cuts times the longest one (what lhotse's
+    ``max_duration`` limits)."""
+    durations = [cut.duration for cut in cuts]
+    return len(durations) * max(durations, default=0.0)
+
+
+class BucketingSampler(DynamicBucketingSampler):
+    """lhotse's ``DynamicBucketingSampler`` whose batches keep to ``max_duration`` counting padding
+    (:func:`padded_duration`), except a single cut longer than that, which is a batch of its own.
+
+    lhotse adds the cut that crosses the limit to the batch it is filling (lhotse issue #1590): where a bucket spans
+    a wide range of durations (the last one, or any bucket of a small corpus) a batch of a 1 s and a 50 s cut came
+    out under ``max_duration=8`` (100 s padded). Such a batch is split here into the cuts before that one, which
+    keep to the limit, and that cut, next. The split happens before the ranks take their share of a round of
+    batches, so under DDP every rank still sees the same sequence and as many batches as the others."""
+
+    def __iter__(self) -> BucketingSampler:
+        """Start an epoch (lhotse's sampler is its own iterator)."""
+        self._held: deque[CutSet] = deque()
+        return super().__iter__()
+
+    def _next_batch(self) -> CutSet:
+        """The next batch of the whole run (lhotse's ``__next__`` then picks this rank's of each round)."""
+        if self._held:
+            return self._held.popleft()
+        batch = super()._next_batch()
+        if len(batch) > 1 and padded_duration(batch) > self.max_duration:
+            cuts = list(batch)  # in the order lhotse added them: the last one crossed the limit
+            self._held.append(CutSet.from_cuts(cuts[-1:]))
+            return CutSet.from_cuts(cuts[:-1])
+        return batch
+
+
 def duration_bins(cuts: CutSet, wanted: int) -> list[float]:
     """Bucket boundaries (seconds) for ``wanted`` buckets (at most one per cut), placed as lhotse places them (on
     the first ``_BINS_ESTIMATE_CUTS`` cuts). Where lhotse would place none (one bucket: lhotse asserts on that, or
@@ -492,8 +528,9 @@ class _MaxDuration:
 class ASRDataModule(L.LightningDataModule):
     """Manifests, samplers and loaders for training and validation (LightningCLI maps its arguments to YAML).
 
-    Training batches come from lhotse's ``DynamicBucketingSampler``: cuts of similar duration are grouped into
-    batches of at most ``max_duration`` seconds of audio. Validation uses the same sampler without shuffling.
+    Training batches come from lhotse's ``DynamicBucketingSampler`` (as :class:`BucketingSampler`): cuts of similar
+    duration are grouped into batches of at most ``max_duration`` seconds of audio, padding included. Validation
+    uses the same sampler without shuffling.
 
     Multi-GPU: the samplers split batches between ranks themselves, so the Trainer must be built with
     ``use_distributed_sampler=False`` (LightningCLI: ``trainer.use_distributed_sampler: false``); otherwise
@@ -604,7 +641,7 @@ class ASRDataModule(L.LightningDataModule):
         if self.train_cuts is None:
             raise UserError("data: train_cuts is not set; training needs a cut manifest")
         cuts = self.train_cuts
-        sampler = DynamicBucketingSampler(
+        sampler = BucketingSampler(
             cuts,
             max_duration=self.max_duration,
             duration_bins=duration_bins(cuts, self.num_buckets),
@@ -638,7 +675,7 @@ class ASRDataModule(L.LightningDataModule):
         if self.valid_cuts is None:
             log.warning("data: valid_cuts is not set; validation is skipped")
             return []
-        sampler = DynamicBucketingSampler(
+        sampler = BucketingSampler(
             self.valid_cuts,
             max_duration=self.max_duration,
             duration_bins=duration_bins(self.valid_cuts, self.num_buckets),

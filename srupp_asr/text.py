@@ -34,9 +34,11 @@ def _is_word_char(char: str) -> bool:
 
 def normalize_text(text: str) -> str:
     """Normalise a transcript (NFKC, casefold, letters/marks/digits and in-word apostrophes kept, rest spaced)."""
-    # Apostrophe look-alikes first: NFKC would split the acute accent into a space and a combining mark.
-    text = unicodedata.normalize("NFKC", text.translate(_APOSTROPHES))
-    text = unicodedata.normalize("NFKC", text.casefold())
+    # Apostrophe look-alikes first: NFKC would split the acute accent into a space and a combining mark. And again
+    # after each NFKC, which makes some (U+0149 to U+02BC + n, a full-width backtick to a backtick): else a second
+    # pass would map those, and a target normalised twice would differ from a reference normalised once.
+    text = unicodedata.normalize("NFKC", text.translate(_APOSTROPHES)).translate(_APOSTROPHES)
+    text = unicodedata.normalize("NFKC", text.casefold()).translate(_APOSTROPHES)
     out: list[str] = []
     last = len(text) - 1
     for i, char in enumerate(text):
