@@ -16,6 +16,7 @@ import inspect
 import math
 
 import torch
+import torch.nn.functional as F
 import torchaudio
 from torch import nn
 
@@ -135,7 +136,15 @@ def _conv_module(conv: nn.Module, x: torch.Tensor, valid: torch.Tensor) -> torch
         # Statistics over real frames only: BatchNorm1d takes (N, C), so normalise the gathered frames.
         frames = h.transpose(1, 2)  # (B, T, C)
         normed = torch.zeros_like(frames)
-        normed[valid_bt] = norm(frames[valid_bt])
+        real = frames[valid_bt]
+        if norm.training and real.shape[0] < 2:
+            # One real frame has no batch variance (BatchNorm1d refuses it in training): normalise a batch that
+            # short with the running statistics, and leave them as they are.
+            normed[valid_bt] = F.batch_norm(
+                real, norm.running_mean, norm.running_var, norm.weight, norm.bias, eps=norm.eps
+            )
+        else:
+            normed[valid_bt] = norm(real)
         h = normed.transpose(1, 2)
     else:
         h = norm(h)

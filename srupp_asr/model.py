@@ -25,7 +25,7 @@ from srupp_asr.checks import check_choice, check_keywords, check_number, config_
 from srupp_asr.decoder import IGNORE_ID, LabelSmoothingLoss, TransformerDecoder, add_sos_eos
 from srupp_asr.encoders import ENCODER_NAMES, build_encoder
 from srupp_asr.frontend import Fbank, GlobalCMVN, SpecAugment
-from srupp_asr.subsampling import Conv2dSubsampling
+from srupp_asr.subsampling import Conv2dSubsampling, fewest_frames
 from srupp_asr.tokenizer import Tokenizer
 
 BLANK_ID = Tokenizer.blank_id
@@ -104,11 +104,17 @@ class ASRModel(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def encode(self, audio: torch.Tensor, audio_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, S) 16 kHz waveforms and (B,) sample counts -> ((B, T', D) encoder output, (B,) frame counts)."""
+        """(B, S) 16 kHz waveforms and (B,) sample counts -> ((B, T', D) encoder output, (B,) frame counts), T' >= 1."""
         feats, lens = self.fbank(audio, audio_lens)
         feats = self.cmvn(feats, lens)
         if self.specaugment is not None:
             feats = self.specaugment(feats, lens)
+        # A batch too short for one subsampled frame (every utterance under ~85 ms at x4) is padded up to one frame
+        # that every length excludes: an empty time axis would stop F.ctc_loss, torchaudio's attention and LSTM
+        # packing, and would leave the subsampling and encoder parameters without a gradient (DDP waits for them).
+        shortfall = fewest_frames(self.subsampling.factor) - feats.shape[1]
+        if shortfall > 0:
+            feats = F.pad(feats, (0, 0, 0, shortfall))
         x, lens = self.subsampling(feats, lens)
         return self.encoder(x, lens)
 

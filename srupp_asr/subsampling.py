@@ -28,6 +28,11 @@ def subsampled_length(length: int | torch.Tensor, factor: int) -> int | torch.Te
     return length.clamp_min(0) if isinstance(length, torch.Tensor) else max(length, 0)
 
 
+def fewest_frames(factor: int) -> int:
+    """The fewest input frames from which the factor-``factor`` conv stack makes one output frame."""
+    return next(n for n in range(1, 100) if subsampled_length(n, factor) > 0)
+
+
 class Conv2dSubsampling(nn.Module):
     """Conv2d stack (ReLU after each) over (time, freq), flattened channels x freq, then Linear to d_model."""
 
@@ -38,9 +43,9 @@ class Conv2dSubsampling(nn.Module):
         check_choice("factor", factor, CONV_LAYERS)
         freq_out = subsampled_length(check_size("in_features", in_features), factor)
         if freq_out < 1:
-            fewest = next(n for n in range(1, 100) if subsampled_length(n, factor) > 0)
             raise ConfigValueError(
-                "in_features", f"must be at least {fewest} for subsampling by {factor} (too few), got {in_features}"
+                "in_features",
+                f"must be at least {fewest_frames(factor)} for subsampling by {factor} (too few), got {in_features}",
             )
         check_size("d_model", d_model)
         if channels is not None:
