@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from typing import Any, Literal
 
 import jiwer
@@ -44,7 +45,7 @@ from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.data import prepare_resume
 from srupp_asr.errors import UserError
 from srupp_asr.frontend import load_cmvn
-from srupp_asr.model import ASRModel
+from srupp_asr.model import ASRModel, ctc_frames_needed
 from srupp_asr.model_dir import initial_weights
 from srupp_asr.schedulers import NoamLR
 from srupp_asr.text import normalize_text
@@ -52,6 +53,8 @@ from srupp_asr.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
+# lhotse's ids of the cut copies it pads the last round of a DDP epoch with (sampling/base.py mark_as_duplicate)
+DUPLICATE_ID = re.compile(r"_dup\d+$")
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
@@ -116,6 +119,7 @@ class ASRLightningModule(L.LightningModule):
             log.warning("model.cmvn is not set: training on un-normalised filterbank features")
         self.nonfinite_skipped = 0  # updates skipped over the whole run (kept in checkpoints)
         self._nonfinite_in_a_row = 0
+        self._warned_unreachable = False  # the warning of _count_ctc_unreachable, once per process
         self._skip_backward = False
         self._wer_counts = [0, 0]  # word errors, reference words (this rank, this validation run)
         self._resumed_rng_states: dict[str, Any] | None = None
@@ -144,7 +148,10 @@ class ASRLightningModule(L.LightningModule):
         batch_size = batch["audio"].size(0)
         out = None
         if batch_size > 0:  # the dataset leaves out cuts whose audio fails to load, possibly all of them
-            out = self.model(batch["audio"], batch["audio_lens"], batch["tokens"], batch["token_lens"])
+            enc, enc_lens = self.model.encode(batch["audio"], batch["audio_lens"])
+            out = self.model.losses(enc, enc_lens, batch["tokens"], batch["token_lens"])
+            if self.model.ctc is not None:
+                self._count_ctc_unreachable(enc_lens, batch["tokens"], batch["token_lens"], batch_size)
         # Every rank must take the same decision or DDP's gradient all-reduce would wait forever.
         bad = torch.tensor(
             [float(out is None), float(out is not None and not torch.isfinite(out["loss"].detach()))],
@@ -163,6 +170,26 @@ class ASRLightningModule(L.LightningModule):
         self.log("train/loss", metrics.pop("train/loss"), prog_bar=True, batch_size=batch_size)
         self.log_dict(metrics, batch_size=batch_size)
         return out["loss"]
+
+    def _count_ctc_unreachable(
+        self, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor, batch_size: int
+    ) -> None:
+        """Log ``train/ctc_unreachable`` (summed per epoch): the utterances whose transcripts CTC cannot emit from
+        their encoder frames, which then train the attention decoder only; warn the first time one comes."""
+        unreachable = int((enc_lens.to(tokens.device) < ctc_frames_needed(tokens, token_lens)).sum())
+        if unreachable and not self._warned_unreachable:
+            self._warned_unreachable = True
+            log.warning(
+                "%d of %d utterances in a training batch have transcripts longer than CTC can emit from their "
+                "encoder frames (subsampling x%d): they add nothing to the CTC loss (counted in "
+                "train/ctc_unreachable); a smaller subsampling factor or a larger vocabulary makes fewer",
+                unreachable,
+                batch_size,
+                self.model.subsampling.factor,
+            )
+        self.log(
+            "train/ctc_unreachable", float(unreachable), on_step=False, on_epoch=True, reduce_fx="sum", sync_dist=True
+        )
 
     def _count_nonfinite(self) -> None:
         self.nonfinite_skipped += 1
@@ -312,7 +339,10 @@ class ASRLightningModule(L.LightningModule):
         self.log_dict(metrics, batch_size=batch_size, sync_dist=True)
         if self.model.ctc is None:
             return  # an attention-only model: no greedy CTC hypotheses to score
-        for ids, ref in zip(self.model.ctc_greedy_encoded(enc, enc_lens), batch["texts"], strict=True):
+        hyps = self.model.ctc_greedy_encoded(enc, enc_lens)
+        for ids, ref, cut_id in zip(hyps, batch["texts"], batch["cut_ids"], strict=True):
+            if DUPLICATE_ID.search(cut_id):
+                continue  # a copy lhotse gives a rank left without cuts in the last DDP round: counted once
             errors, words = word_errors(ref, self.tokenizer.decode(ids))
             self._wer_counts[0] += errors
             self._wer_counts[1] += words

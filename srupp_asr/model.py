@@ -192,6 +192,14 @@ def _build(cls: type[nn.Module], conf: dict[str, Any] | None, *args: Any, **inte
     return cls(*args, **conf, **internal)
 
 
+def ctc_frames_needed(tokens: torch.Tensor, token_lens: torch.Tensor) -> torch.Tensor:
+    """(B,) the fewest encoder frames from which CTC can emit each padded transcript of ``tokens`` (B, U): its
+    tokens plus a blank between each two equal neighbours."""
+    token_lens = token_lens.to(tokens.device)
+    inside = torch.arange(1, tokens.size(1), device=tokens.device)[None, :] < token_lens[:, None]
+    return token_lens + ((tokens[:, 1:] == tokens[:, :-1]) & inside).sum(1)
+
+
 def collapse_ctc_paths(best: torch.Tensor, lens: torch.Tensor) -> list[list[int]]:
     """Per utterance, the tokens of a frame-level CTC path ``best`` ``(B, T)`` (e.g. the per-frame argmax): frames
     past ``lens`` dropped, repeats collapsed, blanks removed."""

@@ -179,6 +179,27 @@ def test_nonfinite_loss_on_one_rank_is_skipped_on_every_rank(tokenizer_path, tmp
     assert records[0]["params"] == records[1]["params"]
 
 
+def test_utterances_ctc_cannot_emit_are_counted_per_epoch_and_warned_about_once(tokenizer_path, caplog):
+    # Was: zero_infinity dropped them from the CTC loss without a word: a too-coarse subsampling for the vocabulary
+    # went unnoticed.
+    module = ASRLightningModule(tokenizer_path, **NETWORK)
+    batches = synthetic_batches(module.tokenizer, 4)
+    expected = 0  # the reference: utterances whose CTC loss is infinite without zero_infinity, on any log-probs
+    with torch.no_grad():
+        for batch in batches:
+            _, enc_lens = module.model.encode(batch["audio"], batch["audio_lens"])
+            for frames, tokens, n in zip(enc_lens, batch["tokens"], batch["token_lens"], strict=True):
+                log_probs = torch.randn(int(frames), 1, module.tokenizer.vocab_size).log_softmax(-1)
+                loss = torch.nn.functional.ctc_loss(log_probs, tokens[None, :n], frames[None], n[None])
+                expected += int(torch.isinf(loss))
+    assert 0 < expected < 8
+    trainer = cpu_trainer(4, [])
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
+    assert float(trainer.callback_metrics["train/ctc_unreachable"]) == expected
+    warnings = [r.getMessage() for r in caplog.records if "CTC can emit" in r.getMessage()]
+    assert len(warnings) == 1 and "(subsampling x4)" in warnings[0]
+
+
 def test_valid_wer_is_total_errors_over_total_words(tokenizer_path):
     module = ASRLightningModule(tokenizer_path, **NETWORK)
     tok = module.tokenizer
@@ -193,6 +214,7 @@ def test_valid_wer_is_total_errors_over_total_words(tokenizer_path):
             tokens=torch.nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=-1),
             token_lens=torch.tensor([len(x) for x in ids]),
             texts=texts,
+            cut_ids=batch["cut_ids"][:1],
         )
     pending = [[tok.encode(h) for h in batch_hyps] for batch_hyps in hyps]
     module.model.ctc_greedy_encoded = lambda enc, enc_lens: pending.pop(0)
@@ -202,6 +224,28 @@ def test_valid_wer_is_total_errors_over_total_words(tokenizer_path):
     assert metrics["valid/wer"] == pytest.approx(50.0)
     assert {"valid/loss", "valid/loss_ctc", "valid/loss_att", "valid/acc"} <= set(metrics)
     assert pending == []
+
+
+def test_valid_wer_leaves_out_the_copies_lhotse_pads_the_last_ddp_round_with(tokenizer_path):
+    # Was: under DDP, when the last round of validation holds fewer cuts than ranks, lhotse gives the short ranks
+    # copies of cuts (ids ending "_dup<N>"), and their word errors counted again in valid/wer.
+    module = ASRLightningModule(tokenizer_path, **NETWORK)
+    tok = module.tokenizer
+    batch = synthetic_batches(tok, 2)
+    texts, hyps = ["six seven", "six", "six"], ["six seven", "seven", "seven"]
+    ids = [torch.tensor(tok.encode(t)) for t in texts]
+    batch = {
+        "audio": torch.cat([batch[0]["audio"], batch[1]["audio"][:1]]),
+        "audio_lens": torch.tensor([8000, 6400, 8000]),
+        "tokens": torch.nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=-1),
+        "token_lens": torch.tensor([len(x) for x in ids]),
+        "texts": texts,
+        "cut_ids": ["a", "b", "b_dup0"],
+    }
+    module.model.ctc_greedy_encoded = lambda enc, enc_lens: [tok.encode(h) for h in hyps]
+    loader = torch.utils.data.DataLoader([batch], batch_size=None)
+    (metrics,) = cpu_trainer(1, [], limit_val_batches=None).validate(module, dataloaders=loader, verbose=False)
+    assert metrics["valid/wer"] == pytest.approx(100 / 3)  # 1 error in 3 words; with the copy it was 2 in 4
 
 
 def test_word_errors_compare_normalised_texts():
