@@ -10,7 +10,8 @@ largest ``P(token | frame)`` over the frames the path spends on that token). CTC
 or a few frames, so the peak, not the mean over the span, is what says how sure the model was.
 
 A hypothesis the CTC head cannot emit in the utterance's frames (an attention-only result longer than the frames
-allow), or a model without a CTC head, gets evenly spread token times over the utterance and confidence 0.
+allow, or one every path of which has a ``-inf`` or NaN log-probability), or a model without a CTC head, gets evenly
+spread token times over the utterance and confidence 0.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def ctc_can_emit(tokens: list[int], num_frames: int) -> bool:
 
 def token_spans(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], list[int], list[float]] | None:
     """Forced alignment of ``tokens`` to ``log_probs`` ``(T, V)``: per token its first frame, end frame (exclusive)
-    and peak posterior; None when CTC cannot emit the tokens in ``T`` frames.
+    and peak posterior; None when CTC cannot emit the tokens in ``T`` frames, or gives every path that does
+    probability 0 (a ``-inf`` or NaN log-probability on each).
 
     One alignment of ``T`` frames and ``N`` tokens has ``T x (2N + 1)`` trellis cells (torchaudio keeps a
     backpointer per cell and indexes them with 32-bit integers: past 2^31 cells it crashes, which a whole hour
@@ -55,9 +57,19 @@ def token_spans(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], 
 MAX_CELLS = 2**27  # trellis cells per forced_align call (about 130 M: a few hundred MiB, far below 2^31)
 
 
-def _align(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], list[int], list[float]]:
+# Stands for a -inf (or NaN) log-probability in forced_align's input: with no finite path it returns a garbage path
+# (indices out of range, or one that skips a token); with this floor it always returns a path, which is impossible
+# exactly when it passes through a floored cell (the floor dominates any sum of finite log-probabilities).
+IMPOSSIBLE = -1e30
+
+
+def _align(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], list[int], list[float]] | None:
+    """forced_align's spans (see :func:`token_spans`), None when every path that emits ``tokens`` is impossible."""
     targets = torch.tensor([tokens], dtype=torch.int32)
-    path, scores = taf.forced_align(log_probs[None].float().cpu(), targets, blank=BLANK_ID)
+    floored = log_probs[None].float().cpu().nan_to_num(nan=IMPOSSIBLE, neginf=IMPOSSIBLE)
+    path, scores = taf.forced_align(floored, targets, blank=BLANK_ID)
+    if bool((scores <= IMPOSSIBLE).any()):
+        return None
     path, probs = path[0], scores[0].exp()
     # The path visits the tokens in order: each run of one label is a span, the non-blank runs are the tokens.
     change = torch.ones_like(path, dtype=torch.bool)
@@ -103,8 +115,10 @@ def _align_in_windows(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[
         chunk = tokens[first:last]
         if not chunk:
             continue
-        if ctc_can_emit(chunk, hi - lo) and (hi - lo) * (2 * len(chunk) + 1) <= 2 * MAX_CELLS:
-            s, e, p = _align(log_probs[lo:hi], chunk)
+        fits = ctc_can_emit(chunk, hi - lo) and (hi - lo) * (2 * len(chunk) + 1) <= 2 * MAX_CELLS
+        spans = _align(log_probs[lo:hi], chunk) if fits else None
+        if spans is not None:
+            s, e, p = spans
             starts += [lo + x for x in s]
             ends += [lo + x for x in e]
             peaks += p

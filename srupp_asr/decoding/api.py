@@ -3,13 +3,18 @@
 Scores per mode (log domain; a length penalty, when set, adds ``length_penalty * len(tokens)``):
 
 - ``ctc_greedy``: the best path's log-probability (the sum over frames of the largest CTC log-probability);
-- ``ctc_prefix_beam``: ``log P_ctc(tokens)``, summed over every path that emits the tokens;
+- ``ctc_prefix_beam``: ``log P_ctc(tokens)``, summed over the paths that emit the tokens and that the beam kept
+  (every such path when the beam holds every prefix; a narrow beam can only leave some out);
 - ``joint``: ``(1 - ctc_weight) * log P_att(tokens + <eos>) + ctc_weight * log P_ctc(tokens)``;
 - ``rescoring``: the same sum, over the n-best list of the CTC prefix beam search.
 
 With an LM and ``lm_weight > 0`` (shallow fusion), every beam mode adds ``lm_weight * log P_lm(tokens + <eos>)``;
 ``ctc_prefix_beam`` then runs the label-synchronous beam search with the CTC prefix scorer and the LM (the
 frame-synchronous prefix beam search has no place for a token-level LM).
+
+A NaN score (a broken checkpoint, an overflow) counts as an impossible one (-inf) in every mode: the search still
+ends, the other utterances of the batch are untouched, and an utterance left with no possible hypothesis gets the
+empty one with score -inf (its words, if any, evenly spread times and confidence 0).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import torch
 
 from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.decoding.alignment import align_hypothesis
-from srupp_asr.decoding.beam_search import beam_search
+from srupp_asr.decoding.beam_search import NEG_INF, beam_search
 from srupp_asr.decoding.options import DecodingOptions, Hypothesis
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
 from srupp_asr.decoding.rescoring import attention_scores, lm_scores, rescore
@@ -67,6 +72,8 @@ def decode_encoded(
     with torch.inference_mode():
         enc_lens = enc_lens.to(enc.device)
         log_probs = model.ctc_log_probs(enc) if model.ctc is not None else None
+        if log_probs is not None:  # a NaN (a broken model or input) is an impossible label, as in beam_search
+            log_probs = log_probs.nan_to_num(nan=NEG_INF, neginf=NEG_INF)
         results = _search(model, enc, enc_lens, log_probs, options, lm if options.lm_weight > 0 else None)
         cpu_log_probs = log_probs.cpu() if log_probs is not None else None
         shift = frame_shift_seconds(model)

@@ -11,7 +11,8 @@ candidates; each utterance keeps its ``beam`` best extensions of all its rows::
 An extension by ``<sos/eos>`` ends the hypothesis (its row is then free for the next step). An utterance is done
 when no row is running, when it reaches its maximum length (every running row is ended there), or when no running
 row can still overtake its ``nbest`` ended ones: scores only fall when the length penalty is not positive (every
-scorer's log score is <= 0, the CTC prefix probability included). Done utterances leave the batch.
+scorer's log score is <= 0, the CTC prefix probability included). Done utterances leave the batch. A NaN score
+counts as -inf, so that the step after the maximum length, when every row has ended or is impossible, is the last.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def beam_search(
                 scores, pending[k] = scorer.score(states[k], ys, candidates)
                 total += weight * scores
         total[:, :-1] += length_penalty
+        total = total.nan_to_num(nan=NEG_INF, neginf=NEG_INF)  # a NaN score (a broken model): never chosen
         at_max = (max_lengths[alive] <= step).repeat_interleave(W)
         total[:, :-1] = total[:, :-1].masked_fill(at_max[:, None], NEG_INF)  # only <sos/eos> is left
         C = candidates.shape[1]
@@ -95,7 +97,7 @@ def beam_search(
             new_score = new_score.masked_fill(is_end, NEG_INF)
         score = new_score
         step += 1
-        done = _done(score, ended, alive, nbest, length_penalty)
+        done = _done(score, ended, alive, nbest, length_penalty) | (max_lengths[alive] < step)
         if done.any():
             keep = torch.nonzero(~done).squeeze(1)
             rows = (keep[:, None] * W + torch.arange(W, device=device)).flatten()

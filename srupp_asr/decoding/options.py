@@ -22,7 +22,8 @@ class DecodingOptions:
     - ``length_penalty``: added to a hypothesis' score once per output token (ESPnet's length bonus; > 0 favours
       longer outputs). Applied during the search in the beam modes; ``ctc_greedy`` ignores it.
     - ``maxlen_ratio``: the most output tokens is ``maxlen_ratio * encoder frames`` (at least 1); 0 means the number
-      of encoder frames (``joint`` only: CTC cannot emit more tokens than frames anyway).
+      of encoder frames (the label-synchronous search only: ``joint``, and ``ctc_prefix_beam`` with an LM; CTC
+      cannot emit more tokens than frames anyway).
     - ``nbest``: hypotheses returned per utterance by :func:`~srupp_asr.decoding.decode_encoded` (at most ``beam``;
       ``ctc_greedy`` always returns one).
     - ``lm_weight``: shallow fusion with an SRU++ LM (given to the decoding functions): ``lm_weight * log P_lm`` is

@@ -31,7 +31,8 @@ def ctc_prefix_beam_search(
     log_probs: torch.Tensor, lengths: torch.Tensor, beam: int, length_penalty: float = 0.0
 ) -> list[list[tuple[list[int], float]]]:
     """Per utterance of ``log_probs`` ``(B, T, V)`` (valid up to ``lengths``), the surviving prefixes, best first,
-    as ``(tokens, log P_ctc(tokens))`` (the total CTC probability of the prefix, without the length penalty)."""
+    as ``(tokens, log P_ctc(tokens))`` (the total CTC probability of the prefix over the paths the beam kept, without
+    the length penalty); ``([], -inf)`` alone when no labelling is possible."""
     B, T, V = log_probs.shape
     device = log_probs.device
     lengths = lengths.to(device)
@@ -125,7 +126,8 @@ def _in_beam(parent: torch.Tensor, has_parent: torch.Tensor, last: torch.Tensor,
 def _ranked(
     prefix: torch.Tensor, length: torch.Tensor, log_prob: torch.Tensor, length_penalty: float
 ) -> list[list[tuple[list[int], float]]]:
-    """The valid beam entries of each utterance, best first by ``log_prob + length_penalty * length``."""
+    """The valid beam entries of each utterance, best first by ``log_prob + length_penalty * length`` (the empty
+    prefix with ``-inf`` when none is valid)."""
     order = (log_prob + length_penalty * length).argsort(dim=1, descending=True, stable=True)
     prefix, length, log_prob = (
         prefix.gather(1, order[:, :, None].expand_as(prefix)),
@@ -134,5 +136,6 @@ def _ranked(
     )
     results = []
     for p, n, s in zip(prefix.tolist(), length.tolist(), log_prob.tolist(), strict=True):
-        results.append([(p[w][: n[w]], s[w]) for w in range(len(s)) if s[w] > NEG_INF])
+        # Every prefix is impossible only when some frame gives every label -inf (a NaN model output): the empty one.
+        results.append([(p[w][: n[w]], s[w]) for w in range(len(s)) if s[w] > NEG_INF] or [([], NEG_INF)])
     return results

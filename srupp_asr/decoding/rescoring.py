@@ -3,11 +3,15 @@ attention decoder in one teacher-forced forward pass (and, with an LM, by the LM
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from srupp_asr.decoder import IGNORE_ID, TransformerDecoder, add_sos_eos
 from srupp_asr.lm import SRUppLM
 from srupp_asr.model import SOS_EOS_ID
+
+NEG_INF = float("-inf")
 
 
 def attention_scores(
@@ -55,13 +59,20 @@ def rescore(
     lm_weight: float = 0.0,
 ) -> list[list[tuple[list[int], float]]]:
     """Per utterance, its hypotheses by ``ctc_weight * ctc + (1 - ctc_weight) * att + lm_weight * lm +
-    length_penalty * len``, best first (``ctc_nbest`` holds ``(tokens, log P_ctc)``; ``lm`` the LM scores, if any)."""
+    length_penalty * len``, best first (``ctc_nbest`` holds ``(tokens, log P_ctc)``; ``lm`` the LM scores, if any);
+    a NaN score (a broken model) counts as -inf."""
     out = []
     for u, (nbest, att) in enumerate(zip(ctc_nbest, att_scores, strict=True)):
         lm_u = lm[u] if lm is not None else [0.0] * len(nbest)
         scored = [
-            (y, ctc_weight * ctc + (1.0 - ctc_weight) * a + lm_weight * s + length_penalty * len(y))
+            (y, _weighted(ctc_weight, ctc) + _weighted(1.0 - ctc_weight, a) + _weighted(lm_weight, s))
             for (y, ctc), a, s in zip(nbest, att, lm_u, strict=True)
         ]
+        scored = [(y, score + length_penalty * len(y) if not math.isnan(score) else NEG_INF) for y, score in scored]
         out.append(sorted(scored, key=lambda h: -h[1]))
     return out
+
+
+def _weighted(weight: float, score: float) -> float:
+    """``weight * score``, 0 when the weight is (an impossible score of a part that does not count is no NaN)."""
+    return weight * score if weight else 0.0
