@@ -23,6 +23,7 @@ from srupp_asr.data import ASRDataModule, ASRDataset, SeededBatch, save_cuts
 from srupp_asr.frontend import Fbank, compute_cmvn_stats
 from srupp_asr.text import normalize_text
 from srupp_asr.tokenizer import Tokenizer
+from tests.test_data import _fake_trainer
 
 MAX_DURATION = 10.0
 
@@ -40,16 +41,6 @@ def _cut(path, cut_id: str, text: str = "hello"):
 
 
 # Batches ------------------------------------------------------------------------------------------------------------
-
-
-def _fake_trainer(world_size: int, rank: int) -> SimpleNamespace:
-    progress = SimpleNamespace(current=SimpleNamespace(processed=0, completed=0))
-    return SimpleNamespace(
-        world_size=world_size,
-        global_rank=rank,
-        _accelerator_connector=SimpleNamespace(use_distributed_sampler=False),
-        fit_loop=SimpleNamespace(epoch_progress=progress),
-    )
 
 
 @pytest.fixture(scope="module")
