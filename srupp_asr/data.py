@@ -24,10 +24,12 @@ import lightning as L
 import numpy as np
 import torch
 from lhotse import CutSet
-from lhotse.cut import Cut
+from lhotse.augmentation import AudioTransform, Resample
+from lhotse.cut import Cut, MixedCut
 from lhotse.dataset import CutMix, DynamicBucketingSampler, ReverbWithImpulseResponse
+from lhotse.utils import fastcopy
 
-from srupp_asr.audio import SAMPLE_RATE, prepare_waveform  # cuts at other rates are resampled on the fly
+from srupp_asr.audio import SAMPLE_RATE, prepare_waveform, resampling_rate  # other rates: resampled on the fly
 from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output
@@ -79,11 +81,38 @@ def load_cuts(
 def load_cut_audio(cut: Cut) -> np.ndarray:
     """A cut's samples as lhotse loads them; any failure is a one-line ``UserError`` naming the audio and the cut."""
     try:
-        return cut.load_audio()
+        return _with_shared_resampling(cut).load_audio()
     except Exception as err:  # any decoder, command or file error
         source = _first_source(cut)
         where = str(source.source) if source is not None else str(cut.id)
         raise UserError(f"{where}: cut {cut.id}: {_audio_problem(source, err)}") from None
+
+
+def _with_shared_resampling(cut: Cut) -> Cut:
+    """``cut`` resampling from :func:`srupp_asr.audio.resampling_rate` as transcription does: a recording at a rate
+    sharing few factors with 16 kHz (22051 Hz) would otherwise get a kernel of gigabytes from lhotse (52 s and 9 GB
+    for 2 s at 16001 Hz, cached for the process's life); common rates, and cuts without such a recording, are
+    returned unchanged."""
+    if isinstance(cut, MixedCut):  # noise mixed in: each track is a cut of its own recording
+        tracks = [fastcopy(track, cut=_with_shared_resampling(track.cut)) for track in cut.tracks]
+        return fastcopy(cut, tracks=tracks)
+    recording = getattr(cut, "recording", None)
+    if recording is None or not recording.transforms:
+        return cut
+    transforms = [_shared_resample(t) for t in recording.transforms]
+    if all(new is old for new, old in zip(transforms, recording.transforms, strict=True)):
+        return cut
+    return fastcopy(cut, recording=fastcopy(recording, transforms=transforms))
+
+
+def _shared_resample(transform: AudioTransform | dict) -> AudioTransform | dict:
+    """A lhotse ``Resample`` transform from the rate transcription resamples from; other transforms as they are."""
+    parsed = AudioTransform.from_dict(transform) if isinstance(transform, dict) else transform
+    if not isinstance(parsed, Resample):
+        return transform
+    source, target = parsed.source_sampling_rate, parsed.target_sampling_rate
+    used = resampling_rate(source, target)
+    return transform if used == source else Resample(source_sampling_rate=used, target_sampling_rate=target)
 
 
 def _first_source(cut: Cut):
