@@ -21,7 +21,8 @@ path, so two folders differ in that path only).
 
 The sentence pool is collected once per corpus folder and kept in ``text/sentences.tsv``; a rerun reads it back
 (delete the file to collect again, e.g. after installing more text packages). A table whose spoken forms are not
-what the current verbaliser makes of their written forms (made by an older version) is collected again.
+what the current verbaliser makes of their written forms (made by an older version), or one of given sentences
+(``texts``, ``--text``) when none are given, is collected again.
 
 Cut fields: the supervision's ``text`` is the spoken form, exactly what the voice was given; ``speaker`` is the
 voice name. ``custom`` holds ``voice``, ``engine``, ``donor``, ``split``, ``sentence_id``, ``source``, ``written``
@@ -400,7 +401,10 @@ def _sentence_pool(out_dir: Path) -> tuple[list[Sentence], list[SourceReport], b
     """The corpus folder's sentence pool (cached), else Debian's: (sentences, reports, whether to cache them)."""
     cache = out_dir / _SENTENCES
     reports: list[SourceReport] = []
-    if cache.is_file() and _made_by_this_verbalizer(sentences := _read_sentences(cache)):
+    sentences = _read_sentences(cache) if cache.is_file() else []
+    # A pool of given sentences (--text) is no cache of Debian's: a build without --text collects Debian's again.
+    given = any(s.source == "user" for s in sentences)
+    if sentences and not given and _made_by_this_verbalizer(sentences):
         log.info("%s: reusing %d sentences", cache, len(sentences))
         sources_file = out_dir / "text" / "sources.json"
         if sources_file.is_file():
@@ -408,7 +412,9 @@ def _sentence_pool(out_dir: Path) -> tuple[list[Sentence], list[SourceReport], b
                 SourceReport(**{**r, "packages": tuple(r["packages"])}) for r in json.loads(sources_file.read_text())
             ]
         return sentences, reports, False
-    if cache.is_file():
+    if given:
+        log.info("%s: holds given sentences (--text); collecting Debian's sentences", cache)
+    elif sentences:
         log.warning("%s: made by another version of the verbaliser; collecting the sentences again", cache)
     sentences = collect_sentences(report=reports)
     found = [f"{r.name} ({r.kept})" for r in reports if r.files]
@@ -464,6 +470,8 @@ def build_corpus(
     started = time.monotonic()
     if size not in SIZES:
         raise UserError(f"--size: unknown size {size!r} (choose from {', '.join(SIZES)})")
+    if seed < 0:  # numpy's generators take only non-negative seeds
+        raise UserError(f"--seed: must be 0 or more, got {seed}")
     hours = SIZES[size] if hours is None else float(hours)
     if not hours > 0:
         raise UserError(f"--hours: must be positive, got {hours}")
