@@ -437,11 +437,18 @@ class ResumableSampler(torch.utils.data.Sampler):
     would be shuffled as epoch 0; reading the epoch from ``epoch_fn`` when iteration starts avoids that.
     """
 
-    def __init__(self, sampler: BucketingSampler, epoch_fn: Callable[[], int] | None = None) -> None:
-        """Wrap ``sampler``; ``epoch_fn()`` (optional) gives the epoch to use when iteration starts."""
+    def __init__(
+        self,
+        sampler: BucketingSampler,
+        epoch_fn: Callable[[], int] | None = None,
+        epoch_done: Callable[[int, int], None] | None = None,
+    ) -> None:
+        """Wrap ``sampler``; ``epoch_fn()`` (optional) gives the epoch to use when iteration starts, and
+        ``epoch_done(epoch, rank)`` (optional) is called when an iteration has gone through the whole epoch."""
         super().__init__()
         self.sampler = sampler
         self.epoch_fn = epoch_fn
+        self.epoch_done = epoch_done
         self._skip: tuple[int, int] | None = None  # (epoch, batches to skip)
         self._iterating: int | None = None  # the epoch of the iteration under way (set_epoch may change the next)
 
@@ -483,6 +490,8 @@ class ResumableSampler(torch.utils.data.Sampler):
         while (batch := next(batches, None)) is not None:
             yield SeededBatch(batch, batch_seed(self.sampler.seed, self.sampler.rank, current, index))
             index += 1
+        if self.epoch_done is not None:
+            self.epoch_done(current, self.sampler.rank)
 
 
 def padded_duration(cuts: Iterable[Cut]) -> float:
@@ -532,17 +541,22 @@ def duration_bins(cuts: CutSet, wanted: int) -> list[float]:
 
 
 class _MaxDuration:
-    """Sampler filter: drop cuts longer than ``limit`` seconds, naming the first few in the log."""
+    """Sampler filter: drop cuts longer than ``limit`` seconds, naming the first few in the log; :meth:`epoch_done`
+    logs how many an epoch dropped."""
 
     def __init__(self, limit: float, manifest: str, show: int = 10) -> None:
         self.limit, self.manifest, self.show, self.dropped = limit, manifest, show, 0
+        self.dropped_this_epoch = 0
+        self.seconds_this_epoch = 0.0
 
     def __call__(self, cut: Cut) -> bool:
         if cut.duration <= self.limit:
             return True
         self.dropped += 1
+        self.dropped_this_epoch += 1
+        self.seconds_this_epoch += cut.duration
         if self.dropped <= self.show:
-            more = "; further ones are dropped silently" if self.dropped == self.show else ""
+            more = "; further ones are counted at the epoch's end" if self.dropped == self.show else ""
             log.warning(
                 "%s: dropping cut %s (%.1f s > max_cut_duration %.1f s)%s",
                 self.manifest,
@@ -552,6 +566,20 @@ class _MaxDuration:
                 more,
             )
         return False
+
+    def epoch_done(self, epoch: int, rank: int) -> None:
+        """Log (on rank 0: every rank's sampler sees every cut) the cuts the epoch ``epoch`` dropped, and start
+        counting afresh."""
+        if self.dropped_this_epoch and rank == 0:
+            log.warning(
+                "%s: epoch %d dropped %d cuts (%.1f h) longer than max_cut_duration %.1f s",
+                self.manifest,
+                epoch,
+                self.dropped_this_epoch,
+                self.seconds_this_epoch / 3600,
+                self.limit,
+            )
+        self.dropped_this_epoch, self.seconds_this_epoch = 0, 0.0
 
 
 class ASRDataModule(L.LightningDataModule):
@@ -679,8 +707,10 @@ class ASRDataModule(L.LightningDataModule):
             seed=self.seed,
             **self._distribution(),
         )
+        too_long = None
         if self.max_cut_duration is not None:
-            sampler.filter(_MaxDuration(self.max_cut_duration, str(self.train_cuts_path)))
+            too_long = _MaxDuration(self.max_cut_duration, str(self.train_cuts_path))
+            sampler.filter(too_long)
         noise = load_cuts(self.noise_cuts_path) if self.noise_cuts_path else None
         dataset = ASRDataset(
             self.tokenizer,
@@ -691,7 +721,8 @@ class ASRDataModule(L.LightningDataModule):
             reverb_prob=self.reverb_prob,
         )
         epoch_fn = self._trainer_epoch if self.trainer is not None else None
-        self._train_sampler = ResumableSampler(sampler, epoch_fn=epoch_fn)
+        epoch_done = too_long.epoch_done if too_long is not None else None
+        self._train_sampler = ResumableSampler(sampler, epoch_fn=epoch_fn, epoch_done=epoch_done)
         if self._resume is not None:
             self._train_sampler.skip_batches(self._resume["epoch"], self._resume["batches_done"])
             self._resume = None

@@ -170,6 +170,15 @@ def test_cuts_longer_than_max_cut_duration_are_dropped_and_logged(corpus, caplog
         seen = {i for b in _epoch(loader, 0) for i in b}
     assert seen == {f"c{i:02d}" for i in range(8)}  # 0.3 .. 1.0 s
     assert "dropping cut c11 (1.4 s > max_cut_duration 1.0 s)" in caplog.text
+    # Was: after the first 10 names the rest went silently, and no total was given. Now each epoch's total:
+    # c08-c11 are 1.1 .. 1.4 s.
+    longer = [c for c in corpus.cuts if c.duration > 1.0]
+    total = f"epoch 0 dropped {len(longer)} cuts ({sum(c.duration for c in longer) / 3600:.1f} h) longer than"
+    assert caplog.text.count(total) == 1
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="srupp_asr.data"):
+        _epoch(loader, 1)
+    assert f"epoch 1 dropped {len(longer)} cuts" in caplog.text  # counted afresh: not 8
 
 
 def test_resumed_epoch_skips_the_batches_already_processed(corpus):
