@@ -187,11 +187,16 @@ def normalize_tedlium_text(text: str) -> str:
     Removed: pronunciation variants ``(2)``, a trailing ``(utterance-id)``, and every tag in ``<...>``, ``{...}`` or
     ``[...]`` (``<sil>``, ``<unk>``, ``{NOISE}``): ESPnet keeps ``[unk]`` and ``[NOISE]`` as tokens, which
     :func:`srupp_asr.text.normalize_text` would turn into the words "unk" and "noise". Split contractions are
-    joined (``it 's`` -> ``it's``, ``' cause`` -> ``'cause``), as ``join_suffix.py`` does.
+    joined (``it 's`` -> ``it's``), as ``join_suffix.py`` does, and a lone apostrophe goes with the next word
+    (``roll ' cause`` -> ``roll 'cause``; ``join_suffix.py`` would join it to the word before: ``roll' cause``).
+    ``join_suffix.py`` joins suffixes before the tags are mapped, so a suffix after a tag is part of the tag
+    (``<unk> 's`` -> ``<unk>'s``) and goes with it.
+    ``<sil>`` is removed first, as ESPnet's ``prepare_data.sh`` does (``it <sil> 's`` -> ``it's``).
     """
     text = re.sub(r"\(\d+\)", " ", text)
     text = re.sub(r"\([^ ()]*\)\s*$", " ", text)
-    text = re.sub(r"<[^>]*>|\{[^}]*\}|\[[^\]]*\]", " ", text)
+    text = text.replace("<sil>", " ")
+    text = re.sub(r"(?:<[^>]*>|\{[^}]*\}|\[[^\]]*\])(?:\s*'\w\S*)?", " ", text)
     text = " ".join(text.split())
     text = re.sub(r"(\S) '(\w)", r"\1'\2", text)
     text = re.sub(r"(^|\s)' (\w)", r"\1'\2", text)
@@ -199,13 +204,27 @@ def normalize_tedlium_text(text: str) -> str:
 
 
 def _unscored_regions(stm_dir: Path) -> dict[str, list[tuple[float, float]]]:
-    """``ignore_time_segment_in_scoring`` spans (seconds) of each talk's STM."""
+    """The spans (seconds) of each talk whose hypothesis words are not scored, as sclite decides with the STM.
+
+    sclite gives a hypothesis word to the first STM segment that ends after the word's midpoint (the last segment
+    when none does), so an ``ignore_time_segment_in_scoring`` segment also takes the words said in the unsegmented
+    gap before it: each span runs from the end of the segment before it (0 for the first) to its own end.
+    """
     regions: dict[str, list[tuple[float, float]]] = {}
     for stm in sorted(stm_dir.glob("*.stm")):
-        for line in stm.read_text(encoding="utf-8").splitlines():
+        segments: dict[str, list[tuple[float, float, bool]]] = {}
+        for line in stm.read_text(encoding="utf-8").split("\n"):  # as lhotse reads the STM: at "\n" only
             fields = line.split()
-            if len(fields) >= 7 and fields[6] == TEDLIUM_UNSCORED:
-                regions.setdefault(fields[0], []).append((float(fields[3]), float(fields[4])))
+            if len(fields) < 6 or fields[0].startswith(";;"):
+                continue
+            unscored = fields[6:7] == [TEDLIUM_UNSCORED]
+            segments.setdefault(fields[0], []).append((float(fields[3]), float(fields[4]), unscored))
+        for talk, spans in segments.items():
+            previous_end = 0.0
+            for start, end, unscored in sorted(spans):
+                if unscored:
+                    regions.setdefault(talk, []).append((min(previous_end, start), end))
+                previous_end = max(previous_end, end)
     return regions
 
 
@@ -256,8 +275,9 @@ def prepare_tedlium3(corpus_dir: str | os.PathLike, jobs: int = 1) -> dict[str, 
 
 def tedlium_talks(talks: Iterable[Cut], unscored: dict[str, list[tuple[float, float]]]) -> CutSet:
     """Whole talks for the long-form test: each cut spans its talk from the first scored segment's start to the
-    last one's end, holds every scored segment as a supervision, and lists in ``custom["unscored"]`` the
-    ``ignore_time_segment_in_scoring`` spans (recording time) whose words :func:`score_talks` leaves out."""
+    last one's end, holds every scored segment as a supervision, and lists in ``custom["unscored"]`` the spans
+    (recording time) whose words :func:`score_talks` leaves out: the ``ignore_time_segment_in_scoring`` segments,
+    each with the unsegmented gap before it, as sclite assigns words (:func:`_unscored_regions`)."""
     cuts = []
     for talk in talks:
         if not talk.supervisions:
@@ -356,6 +376,13 @@ def score_talks(
     """Score ``transcripts_dir/<talk>.json`` (``srupp-asr transcribe -f json`` of each talk's whole recording)
     against the talk cuts of ``talks`` (:func:`tedlium_talks`); writes the report (and ``ref.jsonl`` /
     ``hyp.jsonl``) into ``out_dir``.
+
+    The words kept are those sclite would score with the talk's STM, except the words before the talk's first
+    scored segment or after its last one, which are left out (sclite counts them as insertions when no
+    ``ignore_time_segment_in_scoring`` segment lies there; TED-LIUM's STMs open and close with one). Each talk is
+    aligned as one utterance, not segment by segment as sclite does, so a word that drifted over a segment
+    boundary still matches: the totals equal sclite's unless errors meet across a boundary (a deletion at the end
+    of one segment and an insertion at the start of the next are one substitution here, two errors in sclite).
 
     A talk without a transcript is scored as an empty hypothesis (all deletions), the report says how many, and
     the transcript file names it lacks go to ``missing`` (a warning in the log when ``missing`` is None). A

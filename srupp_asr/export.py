@@ -258,8 +258,9 @@ def _model_hparams(ckpt: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.Tensor]:
-    """The mean of the checkpoints' weights (float64 sums, cast back); integer buffers from the latest checkpoint;
-    CMVN stats, which must be identical, as they are. Keys as in the checkpoints (Lightning's ``model.`` prefix)."""
+    """The mean of the checkpoints' weights (float64 sums, cast back; a NaN or inf weight is a UserError); integer
+    buffers from the latest checkpoint; CMVN stats, which must be identical, as they are; the checkpoints must be of
+    one network and tokenizer. Keys as in the checkpoints (Lightning's ``model.`` prefix)."""
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError("no checkpoints to average")
@@ -268,26 +269,61 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.T
     kept: dict[str, torch.Tensor] = {}  # CMVN and integer buffers: not averaged
     first: dict[str, torch.Tensor] = {}
     first_hparams: dict[str, Any] = {}
+    first_tokenizer = None
     latest_step = None
     for index, path in enumerate(paths):
         ckpt = load_checkpoint(path)
         weights, hparams, step = ckpt["state_dict"], _model_hparams(ckpt), int(ckpt.get("global_step", -1))
+        tokenizer = (ckpt.get("hyper_parameters") or {}).get("tokenizer")
         if index == 0:
-            first, first_hparams = weights, hparams
+            first, first_hparams, first_tokenizer = weights, hparams, tokenizer
         else:
             _check_same_model(path, paths[0], weights, first, hparams, first_hparams)
+            _check_same_tokenizer(path, paths[0], tokenizer, first_tokenizer)
         newest = latest_step is None or step >= latest_step
         latest_step = step if newest else latest_step
         for key, value in weights.items():
             if is_cmvn_key(key):
                 kept.setdefault(key, value.clone())
             elif value.is_floating_point():
+                _check_finite(path, key, value)
                 total = value.to(torch.float64, copy=True)
                 sums[key] = total if index == 0 else sums[key].add_(total)
             elif newest:
                 kept[key] = value.clone()
     count = len(paths)
     return {key: kept[key] if key in kept else (sums[key] / count).to(value.dtype) for key, value in first.items()}
+
+
+def _check_same_tokenizer(path: Path, first_path: Path, tokenizer: Any, first_tokenizer: Any) -> None:
+    """Raise UserError if ``path`` was trained with a tokenizer whose pieces differ from ``first_path``'s: with the
+    same vocab_size the weights have the same shapes, but an output id means another piece in each."""
+    if tokenizer == first_tokenizer or not isinstance(tokenizer, str) or not isinstance(first_tokenizer, str):
+        return
+    if not (Path(tokenizer).is_file() and Path(first_tokenizer).is_file()):
+        log.warning(
+            "%s: trained with tokenizer %s, %s with %s; not found, so not compared",
+            path,
+            tokenizer,
+            first_path.name,
+            first_tokenizer,
+        )
+        return
+    if Tokenizer(tokenizer).pieces() != Tokenizer(first_tokenizer).pieces():
+        raise UserError(
+            f"{path}: trained with tokenizer {tokenizer}, {first_path.name} with {first_tokenizer}, whose pieces"
+            " differ (the same output id means other text); average checkpoints of one run"
+        )
+
+
+def _check_finite(path: Path, key: str, value: torch.Tensor) -> None:
+    """Raise UserError if a weight of ``path`` holds NaN or infinity: in a mean it would spoil that weight whole."""
+    bad = value.numel() - int(torch.isfinite(value).sum())
+    if bad:
+        raise UserError(
+            f"{path}: {key} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf: a diverged checkpoint?);"
+            " averaging it would make the model's outputs NaN, leave it out"
+        )
 
 
 def _check_same_model(

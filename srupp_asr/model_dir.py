@@ -21,10 +21,14 @@ used for LM directories, :mod:`srupp_asr.lm`). A directory from a stranger is tr
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import functools
 import json
 import os
 import re
 import shutil
+import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -223,10 +227,42 @@ def _write_weights(folder: Path, shards: Sequence[Mapping[str, torch.Tensor]]) -
         atomic_write_text(folder / WEIGHTS_INDEX_FILE, json.dumps(index, indent=2) + "\n")
 
 
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # renameat2(2): paths relative to the working directory; swap the two
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """The C library's ``renameat2`` (Linux), or None where there is none."""
+    if sys.platform != "linux":
+        return None
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    except OSError:
+        return None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the directories ``a`` and ``b`` in one atomic step; False where the system or file system cannot."""
+    rename = _renameat2()
+    if rename is None:
+        return False
+    if rename(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False  # an old kernel, or a file system without the flag: fall back to two renames
+    raise OSError(err, os.strerror(err), str(b))
+
+
 def _swap_in(new: Path, target: Path) -> None:
-    """Rename directory ``new`` to ``target``; an existing ``target`` is moved aside first and removed after."""
+    """Rename directory ``new`` to ``target``. An existing ``target`` is exchanged with ``new`` in one step (Linux),
+    so ``target`` is always a whole model directory, even to a process killed meanwhile, and the old one, now at
+    ``new``'s temporary name, is removed (or swept later); elsewhere it is moved aside first and removed after."""
     if not target.exists():
         os.rename(new, target)
+        return
+    if _exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)
         return
     old = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
     os.rename(target, old)

@@ -13,6 +13,7 @@ and skipped, and the rest are imported. Transcripts are stored raw: normalisatio
 from __future__ import annotations
 
 import argparse
+import codecs
 import io
 import json
 import logging
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 # How far a segment may run past the end of its audio (rounded times in the source) before it is an error;
 # within this it is clipped to the audio.
 END_TOLERANCE = 0.1
+# The same for a Kaldi ``segments`` line: Kaldi's extract-segments truncates a segment that overshoots its audio by
+# less than its --max-overshoot (default 0.5 s) and rejects the others.
+KALDI_MAX_OVERSHOOT = 0.5
 
 
 class _Skip(Exception):
@@ -57,7 +61,21 @@ class _Report:
 
 
 def _read_lines(path: Path) -> list[str]:
-    return read_text(path).splitlines()
+    """The lines of a UTF-8 text file; bytes that are not UTF-8 are a UserError naming the file and line."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return read_text(path).split("\n")  # raises the one-line error that says what is wrong
+    bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0  # Windows editors write one
+    try:
+        text = raw[bom:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        at = bom + err.start
+        line = raw.count(b"\n", 0, at) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text ({err.reason} at byte {at})") from None
+    # Lines end at "\n" (or "\r\n") only, as Kaldi and NeMo read them: str.splitlines would also split a
+    # transcript at U+2028, U+0085 or a form feed, which NeMo writes unescaped with ensure_ascii=False.
+    return text.replace("\r\n", "\n").split("\n")
 
 
 def _read_table(path: Path, report: _Report, fields: int | None = None) -> dict[str, list[str] | None]:
@@ -116,11 +134,20 @@ def _file_recording(recording_id: str, path: Path) -> Recording:
     return recording
 
 
-def _cut(recording: Recording, cut_id: str, start: float, end: float | None, text: str, speaker: str | None) -> Cut:
-    """The cut of ``recording`` from ``start`` to ``end`` (None: its end) with one supervision."""
-    if end is None or end < 0:
+def _cut(
+    recording: Recording,
+    cut_id: str,
+    start: float,
+    end: float | None,
+    text: str,
+    speaker: str | None,
+    tolerance: float = END_TOLERANCE,
+) -> Cut:
+    """The cut of ``recording`` from ``start`` to ``end`` (None: its end) with one supervision; an end less than
+    ``tolerance`` past the audio's end is clipped to it."""
+    if end is None:
         end = recording.duration
-    if end > recording.duration + END_TOLERANCE:
+    if end > recording.duration + tolerance:
         raise _Skip(f"ends at {end:.2f} s, after the audio's end at {recording.duration:.2f} s")
     end = min(end, recording.duration)
     if not 0 <= start < end:
@@ -149,7 +176,8 @@ def import_kaldi_dir(
     command ending in ``|`` whose standard output is a WAV/FLAC stream. Commands are shell code: unless
     ``allow_commands`` (only for data you trust) a ``wav.scp`` holding one is a UserError and nothing runs;
     allowed, a command is run once here and again each time the cut is loaded. ``text`` is required; ``segments``
-    (times in seconds, end ``-1`` = end of the recording) and ``utt2spk`` are optional. Without ``problems`` the
+    (times in seconds, end ``-1`` = end of the recording; an end less than 0.5 s past the audio's end is clipped
+    to it, as Kaldi's extract-segments does) and ``utt2spk`` are optional. Without ``problems`` the
     problems are logged as warnings.
     """
     data_dir = Path(data_dir)
@@ -186,6 +214,8 @@ def import_kaldi_dir(
             if fields is None:
                 raise _Skip("malformed line (expected: utterance recording start end)")
             rec_id, start, end = fields[0], _seconds(fields[1]), _seconds(fields[2])
+            if end < 0 and end != -1:  # Kaldi: only -1 means the end of the recording; other negatives are errors
+                raise _Skip(f"negative end time {fields[2]!r} (only -1 means the end of the recording)")
             if rec_id not in recordings:
                 recordings[rec_id] = _open_kaldi_recording(rec_id, wav_scp)
             recording = recordings[rec_id]
@@ -195,7 +225,9 @@ def import_kaldi_dir(
                 raise _Skip(f"no transcript in {data_dir / 'text'}")
             text = texts[utt][0]
             speaker = speakers.get(utt)
-            cuts.append(_cut(recording, utt, start, end, text, speaker[0] if speaker else None))
+            end_time = None if end == -1 else end
+            speaker_id = speaker[0] if speaker else None
+            cuts.append(_cut(recording, utt, start, end_time, text, speaker_id, KALDI_MAX_OVERSHOOT))
         except _Skip as err:
             report.skip(f"{where}: {utt}: {err}")
     for utt in sorted(texts.keys() - segments.keys()):
