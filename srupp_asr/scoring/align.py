@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
@@ -78,6 +79,21 @@ class Counts:
 
 
 _COUNT_FIELDS = tuple(f.name for f in fields(Counts))
+_TENTH = Decimal("0.1")
+
+
+def fmt_rate(value: float | None) -> str:
+    """A percentage with one decimal, halves rounded up (12.25 -> ``12.3``), or ``-`` when undefined.
+
+    ``f"{value:.1f}"`` rounds the binary float: half to even where the tie is exact (12.25 -> 12.2) and either way
+    where it is not (0.35 -> 0.3). The shortest repr of ``100 * count / total`` is the exact decimal whenever that
+    is a tie (a tie has at most a few digits; a count ratio that is not one lies further from it than a float's
+    precision), so rounding that decimal half up gives the exact rate rounded half up, as sclite prints ties.
+    """
+    if value is None:
+        return "-"
+    number = Decimal(repr(float(value)))  # float(): a string or list in a results.json is a ValueError / TypeError
+    return str(number.quantize(_TENTH, ROUND_HALF_UP)) if number.is_finite() else f"{value:.1f}"
 
 
 @dataclass(frozen=True)

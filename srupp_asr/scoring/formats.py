@@ -89,10 +89,15 @@ def read_utt2spk(path: str | os.PathLike) -> dict[str, str]:
 
 
 def trn_line(item: Transcript) -> str:
-    """``text (SPEAKER-UTT_ID)``, the line sclite reads (the speaker prefix only when the id lacks it)."""
+    """``text (SPEAKER-UTT_ID)``, the line sclite reads (the speaker prefix only when the id lacks it).
+
+    sclite (``-i rm``) takes the speaker up to the first ``-`` of the id, so a ``-`` inside the speaker is
+    written as ``_`` (``sw02001-A`` as ``sw02001_A``): else the speakers ``sw02001-A`` and ``sw02001-B`` would
+    both be ``sw02001`` to sclite.
+    """
     utt_id = item.utt_id
     if item.speaker is not None and speaker_of_trn_id(utt_id) != item.speaker:
-        utt_id = f"{item.speaker}-{utt_id}"
+        utt_id = f"{item.speaker.replace('-', '_')}-{utt_id}"
     return f"{item.text} ({utt_id})" if item.text else f"({utt_id})"
 
 

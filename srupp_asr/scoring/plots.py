@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import read_text
+from srupp_asr.scoring.align import fmt_rate
 from srupp_asr.scoring.analysis import LEVELS, ScoreResult
 
 _COLORS = {"sub": "#d62728", "del": "#1f77b4", "ins": "#ff7f0e", "WER": "#4c72b0", "CER": "#55a868"}
@@ -64,7 +65,7 @@ def error_types_png(result: ScoreResult) -> bytes:
         ax.bar(levels, values, 0.5, bottom=bottom, label=name, color=_COLORS[name])
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     for i, total in enumerate(bottom):
-        ax.annotate(f"{total:.1f}%", (i, total), xytext=(0, 3), textcoords="offset points", ha="center")
+        ax.annotate(f"{fmt_rate(total)}%", (i, total), xytext=(0, 3), textcoords="offset points", ha="center")
     ax.set_ylabel("% of reference tokens")
     ax.set_title("Error types")
     ax.set_ylim(0, max([*bottom, 1.0]) * 1.15)

@@ -20,7 +20,7 @@ from srupp_asr import __version__
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output, atomic_write_text
 from srupp_asr.scoring import plots
-from srupp_asr.scoring.align import CORRECT, DELETION, INSERTION, Alignment, Counts
+from srupp_asr.scoring.align import CORRECT, DELETION, INSERTION, Alignment, Counts, fmt_rate
 from srupp_asr.scoring.analysis import LEVELS, ScoreResult, UtteranceScore
 from srupp_asr.scoring.formats import Transcript, write_trn
 
@@ -41,14 +41,9 @@ class ReportInfo:
     details: dict[str, str] = field(default_factory=dict)  # extra "key: value" lines (model, decoding, speed)
 
 
-def fmt_rate(value: float | None) -> str:
-    """A percentage with one decimal, or ``-`` when undefined (no reference tokens)."""
-    return "-" if value is None else f"{value:.1f}"
-
-
 def fmt_percent(value: float | None) -> str:
-    """``12.3%``, or ``-`` when undefined."""
-    return "-" if value is None else f"{value:.1f}%"
+    """``12.3%`` (:func:`~srupp_asr.scoring.align.fmt_rate` with a per-cent sign), or ``-`` when undefined."""
+    return "-" if value is None else f"{fmt_rate(value)}%"
 
 
 def summary_line(result: ScoreResult, name: str) -> str:
@@ -117,13 +112,30 @@ def _pad(text: str, width: int) -> str:
     return text + " " * (width - _width(text))
 
 
+def _upper_if_reversible(token: str | None) -> str | None:
+    """``token`` upper-cased, unless lower-casing that would not give it back (``ı`` and ``i`` are both ``I``,
+    ``ß`` is ``SS``, ``Paris`` has a capital already): then as it is."""
+    if token is None:
+        return None
+    upper = token.upper()
+    return upper if upper.lower() == token else token
+
+
+def _marked(ref: str | None, hyp: str | None) -> tuple[str | None, str | None]:
+    """The two tokens of an error column as printed: upper-cased where reversible, but as they are when that
+    would make the two sides of a substitution look alike (``S`` for ``s`` when the reference has ``S``)."""
+    shown = _upper_if_reversible(ref), _upper_if_reversible(hyp)
+    return (ref, hyp) if shown[0] is not None and shown[0] == shown[1] else shown
+
+
 def pralign_block(utt: UtteranceScore, alignment: Alignment) -> str:
-    """One utterance as sclite's ``-o pralign`` prints it: errors upper-cased, gaps as ``*``."""
+    """One utterance as sclite's ``-o pralign`` prints it: errors upper-cased (where lower-casing gives the word
+    back), gaps as ``*``."""
     c = alignment.counts
     ref_row, hyp_row, eval_row = [], [], []
     for ref, hyp, op in alignment.columns():
         if op != CORRECT:
-            ref, hyp = ref and ref.upper(), hyp and hyp.upper()
+            ref, hyp = _marked(ref, hyp)
         width = max(_width(ref or ""), _width(hyp or ""), 1)
         ref_row.append(_pad(ref if ref is not None else "*" * width, width))
         hyp_row.append(_pad(hyp if hyp is not None else "*" * width, width))
@@ -308,7 +320,9 @@ def write_report(
 
     ``results.md``, ``results.json`` (the totals, for scripts), ``report.html``, ``alignment.wer.txt`` /
     ``alignment.cer.txt`` (sclite pralign style),
-    ``ref.trn`` / ``hyp.trn`` (the normalised texts, ready for ``sclite -r ref.trn trn -h hyp.trn trn -i rm``),
+    ``ref.trn`` / ``hyp.trn`` (the normalised texts, ready for ``sclite -r ref.trn trn -h hyp.trn trn -i rm -e utf-8
+    -s``, plus ``-c`` for CER: without ``-e utf-8`` sclite splits characters into bytes, without ``-s`` it ignores
+    case),
     ``wer_by_length.png``, ``error_types.png`` and, with ``train_log`` (a Lightning ``metrics.csv``),
     ``training_curves.png``.
     """

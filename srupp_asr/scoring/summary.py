@@ -22,6 +22,7 @@ from typing import Any
 
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_write_text, read_text
+from srupp_asr.scoring.align import fmt_rate
 
 HEADER = (
     "| system | test set | Snt | Wrd | WER % | Sub | Del | Ins | CER % | S.Err % | RTF |\n"
@@ -41,10 +42,6 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     return doc
 
 
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
 def _rtf(folder: Path, results: dict[str, Any]) -> str:
     """The real-time factor of the report in ``folder``: its details', else its decode_info.json's, else ``-``."""
     details = results.get("details")
@@ -61,9 +58,9 @@ def row(system: str, name: str, path: Path) -> list[str]:
     try:
         w, c = r["WER"], r["CER"]
         cells = [
-            system, name, str(w["sentences"]), str(w["tokens"]), _rate(w["error_rate"]),
-            str(w["substitutions"]), str(w["deletions"]), str(w["insertions"]), _rate(c["error_rate"]),
-            _rate(w["sentence_error_rate"]),
+            system, name, str(w["sentences"]), str(w["tokens"]), fmt_rate(w["error_rate"]),
+            str(w["substitutions"]), str(w["deletions"]), str(w["insertions"]), fmt_rate(c["error_rate"]),
+            fmt_rate(w["sentence_error_rate"]),
         ]  # fmt: skip
     except KeyError as err:
         raise UserError(f"{path}: results file has no {err} (not written by srupp-asr evaluate or score?)") from None
