@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import hashlib
@@ -156,6 +157,28 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise UserError(f"{path}: cannot read {what} ({err.strerror or err})") from None
     except UnicodeDecodeError as err:
         raise UserError(f"{path}: {what} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def read_lines(path: str | os.PathLike, what: str = "file") -> list[str]:
+    """The lines of a UTF-8 text file, as Kaldi, NeMo, sclite and shells read them: a byte-order mark at the start
+    (Windows editors write one) is not text, and lines end at ``\\n`` or ``\\r\\n`` only (``str.splitlines``
+    would also split a line at U+2028, U+0085 or a form feed, which JSON written with ``ensure_ascii=False`` and
+    file names may hold). A last line ending in a newline adds no empty line after it. Every problem is a one-line
+    UserError naming ``path``; bytes that are not UTF-8 name their line too."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        read_text(path, what)  # raises the one-line error that says what is wrong
+        raise
+    start = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
+    try:
+        text = raw[start:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        at = start + err.start
+        line = raw.count(b"\n", 0, at) + 1
+        raise UserError(f"{path}:{line}: {what} is not UTF-8 text ({err.reason} at byte {at})") from None
+    lines = text.replace("\r\n", "\n").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def read_yaml_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:

@@ -13,7 +13,6 @@ and skipped, and the rest are imported. Transcripts are stored raw: normalisatio
 from __future__ import annotations
 
 import argparse
-import codecs
 import io
 import json
 import logging
@@ -31,7 +30,7 @@ from lhotse.utils import fastcopy
 
 from srupp_asr.data import save_cuts
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import read_text
+from srupp_asr.fileio import read_lines
 
 log = logging.getLogger(__name__)
 
@@ -60,31 +59,13 @@ class _Report:
             self.problems.append(message)
 
 
-def _read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file; bytes that are not UTF-8 are a UserError naming the file and line."""
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        return read_text(path).split("\n")  # raises the one-line error that says what is wrong
-    bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0  # Windows editors write one
-    try:
-        text = raw[bom:].decode("utf-8")
-    except UnicodeDecodeError as err:
-        at = bom + err.start
-        line = raw.count(b"\n", 0, at) + 1
-        raise UserError(f"{path}:{line}: not UTF-8 text ({err.reason} at byte {at})") from None
-    # Lines end at "\n" (or "\r\n") only, as Kaldi and NeMo read them: str.splitlines would also split a
-    # transcript at U+2028, U+0085 or a form feed, which NeMo writes unescaped with ensure_ascii=False.
-    return text.replace("\r\n", "\n").split("\n")
-
-
 def _read_table(path: Path, report: _Report, fields: int | None = None) -> dict[str, list[str] | None]:
     """Read a Kaldi table: per line a key and ``fields`` more fields (None: the rest of the line as one field).
 
     A malformed line maps its key to None (the entry is unusable); a duplicate key is reported and ignored.
     """
     table: dict[str, list[str] | None] = {}
-    for lineno, line in enumerate(_read_lines(path), 1):
+    for lineno, line in enumerate(read_lines(path), 1):
         if not line.strip():
             continue
         if fields is None:
@@ -267,7 +248,7 @@ def import_nemo_manifest(path: str | os.PathLike, problems: list[str] | None = N
     """
     path = Path(path)
     report = _Report(problems)
-    lines = _read_lines(path)
+    lines = read_lines(path)
     base = path.parent
     recordings: dict[Path, Recording | _Skip] = {}
     recording_ids: set[str] = set()

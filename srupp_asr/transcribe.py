@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import read_text
+from srupp_asr.fileio import read_lines
 from srupp_asr.writers import (
     FORMATS,
     MAX_SEGMENT_WORDS,
@@ -156,12 +156,11 @@ def _expand_lists(inputs: Sequence[str | os.PathLike[str]], problems: list[str])
         entry = os.fspath(item)
         if entry.startswith("@") and len(entry) > 1:
             try:
-                text = read_text(entry[1:], "list file")
+                lines = read_lines(entry[1:], "list file")  # a byte-order mark (Notepad) is not in a file name
             except UserError as err:
                 problems.append(str(err))
                 continue
-            # A byte-order mark (Notepad, PowerShell's UTF-8) would otherwise begin the first file's name.
-            for line in text.removeprefix("\ufeff").splitlines():
+            for line in lines:
                 line = line.strip()
                 if line and not line.startswith("#"):
                     yield line

@@ -216,4 +216,4 @@ def test_text_that_is_not_utf8_is_one_line_naming_the_file_and_line(tmp_path):
     (tmp_path / "text").write_bytes(b"a hello\nb caf\xe9\n")  # Latin-1
     with pytest.raises(UserError) as err:
         import_kaldi_dir(tmp_path)
-    assert str(err.value) == f"{tmp_path / 'text'}:2: not UTF-8 text (invalid continuation byte at byte 13)"
+    assert str(err.value) == f"{tmp_path / 'text'}:2: file is not UTF-8 text (invalid continuation byte at byte 13)"

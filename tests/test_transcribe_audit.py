@@ -219,6 +219,28 @@ def test_a_list_file_with_a_byte_order_mark_names_its_first_file(tmp_path):
     assert find_inputs([f"@{listed}"]) == ([str(tmp_path / "a.wav"), str(tmp_path / "b.wav")], [])
 
 
+def test_a_list_file_entry_ends_at_a_newline_only(tmp_path):
+    # Was: str.splitlines also ended an entry at U+2028, U+0085 or a form feed, all legal in a file name: the name
+    # was split into two that do not exist.
+    from srupp_asr.transcribe import find_inputs
+
+    names = [tmp_path / "talk\u2028one.wav", tmp_path / "b\x0cc\x85d.wav"]
+    listed = tmp_path / "list.txt"
+    listed.write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
+    assert find_inputs([f"@{listed}"]) == ([str(n) for n in names], [])
+
+
+def test_a_list_file_that_is_not_utf8_is_one_problem_naming_its_line(tmp_path):
+    from srupp_asr.transcribe import find_inputs
+
+    listed = tmp_path / "list.txt"
+    listed.write_bytes(b"a.wav\ncaf\xe9.wav\n")
+    found, problems = find_inputs([f"@{listed}"])
+    assert found == [] and problems == [
+        f"{listed}:2: list file is not UTF-8 text (invalid continuation byte at byte 9)"
+    ]
+
+
 def test_tsv_is_whisper_layout_whatever_the_text():
     t = _transcript([W("tab\there", 0.0004, 0.5), W("new\nline", 0.6, 0.9996), W("x", 5.0, 5.5)])
     assert to_tsv(t) == "start\tend\ttext\n0\t1000\ttab here new line\n5000\t5500\tx\n"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_write_text, read_text
+from srupp_asr.fileio import atomic_write_text, read_lines
 
 FORMATS = ("auto", "kaldi", "trn", "jsonl")
 _ID_KEYS = ("id", "utt_id")
@@ -54,7 +54,7 @@ def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "tr
     """The transcripts of a Kaldi text / trn / JSON-lines file, in file order (ids unique, file not empty)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown transcript format {fmt!r}; expected one of {FORMATS}")
-    lines = _read_lines(path, what)
+    lines = read_lines(path, what)
     numbered = [(i, line) for i, line in enumerate(lines, start=1) if line.strip()]
     if not numbered:
         raise UserError(f"{path}: {what} holds no transcripts")
@@ -76,7 +76,7 @@ def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "tr
 def read_utt2spk(path: str | os.PathLike) -> dict[str, str]:
     """A Kaldi ``utt2spk`` file as {utterance id: speaker}."""
     out = {}
-    for number, line in enumerate(_read_lines(path, "utt2spk file"), start=1):
+    for number, line in enumerate(read_lines(path, "utt2spk file"), start=1):
         parts = line.split()
         if not parts:
             continue
@@ -110,29 +110,6 @@ def write_jsonl(path: str | os.PathLike, items: list[Transcript]) -> None:
     """Write transcripts as JSON lines ``{"id", "speaker", "text"}`` (atomically)."""
     rows = ({"id": t.utt_id, "speaker": t.speaker, "text": t.text} for t in items)
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-
-
-def _read_lines(path: str | os.PathLike, what: str) -> list[str]:
-    try:
-        text = read_text(path, what)
-    except UserError:
-        line = _undecodable_line(path)
-        if line is None:
-            raise
-        raise UserError(f"{path}:{line}: {what} is not UTF-8 text") from None
-    return text.removeprefix("\ufeff").splitlines()
-
-
-def _undecodable_line(path: str | os.PathLike) -> int | None:
-    """The line of the first byte that is not UTF-8, or None when the file reads (or cannot be read at all)."""
-    try:
-        data = Path(path).read_bytes()
-        data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        return data.count(b"\n", 0, err.start) + 1
-    except OSError:
-        return None
-    return None
 
 
 def _parse_kaldi(line: str, where: str) -> Transcript:
