@@ -148,17 +148,17 @@ class GlobalCMVN(nn.Module):
 
 @torch.inference_mode()
 def compute_cmvn_stats(
-    cuts: Iterable[Any], max_cuts: int | None = None, errors: list[str] | None = None
+    cuts: Iterable[Any], max_cuts: int | None = None, errors: list[str] | None = None, n_mels: int = N_MELS
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and std (float32, (N_MELS,)) of the Fbank features over all frames of a lhotse CutSet.
+    """Mean and std (float32, (n_mels,)) of the Fbank features over all frames of a lhotse CutSet.
 
     A cut whose audio does not load is a one-line ``UserError``; with an ``errors`` list its line is appended
     there instead and the other cuts still count."""
     from srupp_asr.data import load_cut_audio
 
-    fbank = Fbank().eval()
-    total = torch.zeros(N_MELS, dtype=torch.float64)
-    total_sq = torch.zeros(N_MELS, dtype=torch.float64)
+    fbank = Fbank(n_mels=n_mels).eval()
+    total = torch.zeros(n_mels, dtype=torch.float64)
+    total_sq = torch.zeros(n_mels, dtype=torch.float64)
     count = 0
     for index, cut in enumerate(cuts):
         if max_cuts is not None and index >= max_cuts:
@@ -334,9 +334,13 @@ def cmvn_command(args) -> int:
 
     from srupp_asr.data import load_cuts
 
+    try:
+        n_mels = check_size("--n-mels", args.n_mels)
+    except ValueError as err:
+        raise UserError(str(err)) from None
     errors: list[str] = []
     cuts = load_cuts(args.cuts, lazy=True, allow_command_sources=args.allow_command_sources)
-    mean, std = compute_cmvn_stats(cuts, args.max_cuts, errors)
+    mean, std = compute_cmvn_stats(cuts, args.max_cuts, errors, n_mels)
     save_cmvn(args.out, mean, std)
     for line in errors:
         print(f"srupp-asr cmvn: error: {line}", file=sys.stderr)
@@ -351,6 +355,7 @@ def add_parser(subparsers) -> Any:
     p.add_argument("cuts", help="lhotse cut manifest (.jsonl.gz)")
     p.add_argument("--out", required=True, help="JSON file to write (atomically)")
     p.add_argument("--max-cuts", type=int, default=None, help="use only the first N cuts")
+    p.add_argument("--n-mels", type=int, default=N_MELS, help="mel bins: the model's model.n_mels (default 80)")
     p.add_argument(
         "--allow-command-sources",
         action="store_true",

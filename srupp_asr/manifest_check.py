@@ -6,7 +6,8 @@ with a traceback. :func:`check_cuts_manifest` reads the whole file once, up fron
 
 - the line is not JSON, not an object, or not a cut lhotse can build (a missing field, an unknown key);
 - a field has the wrong type or an impossible value (a duration that is not a positive number, a text that is not
-  a string, a segment past the end of its recording);
+  a string, a segment past the end of its recording, a supervision with no overlap with its cut: its text would be
+  trained on audio that does not hold it; a supervision only partly inside, as lhotse's ``truncate`` keeps, passes);
 - two cuts share an id;
 - an audio source would run a shell command (lhotse's ``command`` sources, e.g. a Kaldi ``wav.scp`` pipe) and the
   caller did not allow that, or would download (``url``);
@@ -102,7 +103,7 @@ class _Checker:
         if not isinstance(supervisions, list):
             return "'supervisions' must be a list"
         for sup in supervisions:
-            problem = self.supervision(sup)
+            problem = self.supervision(sup, data["duration"])
             if problem:
                 return problem
         recording = data.get("recording")
@@ -123,14 +124,23 @@ class _Checker:
         return None
 
     @staticmethod
-    def supervision(sup: Any) -> str | None:
+    def supervision(sup: Any, cut_duration: float) -> str | None:
         if not isinstance(sup, dict):
             return "a supervision must be an object"
+        name = f"supervision {sup.get('id')}"
         if "text" in sup and sup["text"] is not None and not isinstance(sup["text"], str):
-            return f"supervision {sup.get('id')}: 'text' must be a string, not {type(sup['text']).__name__}"
+            return f"{name}: 'text' must be a string, not {type(sup['text']).__name__}"
         for key in ("start", "duration"):
             if key in sup and not _number(sup[key]):
-                return f"supervision {sup.get('id')}: '{key}' must be a number, not {sup[key]!r}"
+                return f"{name}: '{key}' must be a number, not {sup[key]!r}"
+        start, duration = sup.get("start"), sup.get("duration")
+        if duration is not None and duration <= 0:  # lhotse's own validation refuses these too
+            return f"{name}: 'duration' must be a positive number, not {duration!r}"
+        # start is relative to the cut; a missing start or duration is lhotse's error (buildable).
+        if start is not None and duration is not None and (start >= cut_duration or start + duration <= 0):
+            return (
+                f"{name} spans {start:.3f} s to {start + duration:.3f} s, outside its cut (0 to {cut_duration:.3f} s)"
+            )
         return None
 
     def recording(self, rec: Any, cut_end: float) -> str | None:
