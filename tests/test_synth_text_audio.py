@@ -187,12 +187,22 @@ def test_espeak_says_the_words_of_the_transcript():
 
 
 def test_a_pool_cached_by_an_older_verbalizer_is_collected_again(tmp_path, monkeypatch):
+    # A Debian pool (source "fortunes"): one of given sentences (source "user") is never reused without --text.
     fresh = [
-        Sentence("user-000001", "user", "Bring pens, paper, et cetera and a hat.", "Bring pens, paper, etc and a hat.")
+        Sentence(
+            "fortunes-000001",
+            "fortunes",
+            "Bring pens, paper, et cetera and a hat.",
+            "Bring pens, paper, etc and a hat.",
+        )
     ]
     monkeypatch.setattr(corpus, "collect_sentences", lambda report: fresh)
     (tmp_path / "text").mkdir()
-    stale = [Sentence("user-000001", "user", "Bring pens, paper, etc and a hat.", "Bring pens, paper, etc and a hat.")]
+    stale = [
+        Sentence(
+            "fortunes-000001", "fortunes", "Bring pens, paper, etc and a hat.", "Bring pens, paper, etc and a hat."
+        )
+    ]
     corpus._write_sentences(stale, tmp_path / "text" / "sentences.tsv")
     assert corpus._sentence_pool(tmp_path) == (fresh, [], True)  # collected again, to be cached
     corpus._write_sentences(fresh, tmp_path / "text" / "sentences.tsv")
