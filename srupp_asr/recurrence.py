@@ -79,9 +79,13 @@ def sru_recurrence_loop(
     arguments and results as :func:`sru_recurrence`.
     """
     L, B, D, _ = u.shape
-    c = u.new_zeros(B, D) if c0 is None else c0.to(u.dtype)
-    v, vr = weight_c.to(u.dtype).unbind(0)
-    bf, br = bias.to(u.dtype).unbind(0)
+    dtype = u.dtype
+    # fp16/bf16 run in fp32 arithmetic, as in the native backends; a copy of c0, so that c_last never is c0.
+    compute = torch.float32 if dtype in _LOW_PRECISION else dtype
+    u, x = u.to(compute), x.to(compute)
+    c = u.new_zeros(B, D) if c0 is None else c0.to(compute, copy=True)
+    v, vr = weight_c.to(compute).unbind(0)
+    bf, br = bias.to(compute).unbind(0)
     if bidirectional:
         # Reverse the backward columns' time axis so every column walks t = 0..L-1.
         u, x = _flip_backward_half(u), _flip_backward_half(x)
@@ -109,7 +113,7 @@ def sru_recurrence_loop(
     h = torch.stack(hs) if hs else x.new_zeros(L, B, D)
     if bidirectional:
         h = _flip_backward_half(h)
-    return h, c
+    return h.to(dtype), c.to(dtype)
 
 
 def _flip_backward_half(t: torch.Tensor) -> torch.Tensor:
@@ -180,14 +184,17 @@ class _SRURecurrence(torch.autograd.Function):
                 h = h.to(dtype)
             else:
                 h, c_all, c_last = ext.forward(u_, x_, wc, b, c0f, m, bidirectional, keep)
-        ctx.save_for_backward(u_, x_, wc, b, c0f, m, c_all)
+        ctx.save_for_backward(u_, x_, wc, b, c0f, m, c_all, u, x, weight_c, bias, c0)
+        ctx.mask = mask
         ctx.bidirectional = bidirectional
         ctx.dtypes = (weight_c.dtype, bias.dtype, None if c0 is None else c0.dtype)
         return h, c_last.to(dtype)
 
     @staticmethod
     def backward(ctx, grad_h, grad_c_last):
-        u, x, wc, b, c0, m, c_all = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: the kernels' gradients could not be differentiated again
+            return _backward_through_loop(ctx, grad_h, grad_c_last)
+        u, x, wc, b, c0, m, c_all = ctx.saved_tensors[:7]
         dtype = u.dtype
         grad_h = torch.zeros_like(x) if grad_h is None else grad_h.to(dtype).contiguous()
         gcl = None if grad_c_last is None else grad_c_last.to(wc.dtype).contiguous()
@@ -209,6 +216,22 @@ class _SRURecurrence(torch.autograd.Function):
         grad_bias = gw[2:].to(bdtype)
         grad_c0 = None if c0dtype is None else grad_c0.to(c0dtype)
         return grad_u, grad_x, grad_wc, grad_bias, grad_c0, None, None, None
+
+
+def _backward_through_loop(ctx, grad_h, grad_c_last) -> tuple:
+    """The backward of :class:`_SRURecurrence` under ``create_graph=True``: the per-step loop's gradients, built
+    with a graph so that second-order gradients are exact (the kernels' own gradients are constants to autograd)."""
+    inputs = ctx.saved_tensors[7:]
+    needs = ctx.needs_input_grad[:5]
+    wanted = [t for t, need in zip(inputs, needs, strict=True) if need]
+    h, c = sru_recurrence_loop(*inputs, ctx.mask, ctx.bidirectional)
+    pairs = [(out, g) for out, g in ((h, grad_h), (c, grad_c_last)) if g is not None]
+    grads = iter(
+        torch.autograd.grad(
+            [out for out, _ in pairs], wanted, [g for _, g in pairs], create_graph=True, allow_unused=True
+        )
+    )
+    return (*(next(grads) if need else None for need in needs), None, None, None)
 
 
 def cuda_columns_for(D: int, bidirectional: bool, tensors: list[torch.Tensor | None]) -> int:
