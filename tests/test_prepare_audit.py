@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,19 +15,10 @@ import soundfile as sf
 from srupp_asr.corpora import manifest_path, normalize_tedlium_text, prepare_corpus, score_talks
 from srupp_asr.errors import UserError
 from srupp_asr.prepare import import_kaldi_dir, import_nemo_manifest
+from tests.test_scoring_sclite import SCLITE
 
 RATE = 16000
 
-
-def _sclite() -> list[str] | None:
-    if path := shutil.which("sclite"):
-        return [path]
-    if Path("/usr/lib/sctk/bin/sclite").is_file():  # Debian keeps it off PATH, behind the `sctk` wrapper
-        return ["/usr/lib/sctk/bin/sclite"]
-    return None
-
-
-SCLITE = _sclite()
 
 # Talk A: every case of where sclite puts a hypothesis word. Times are exact in binary, so midpoints that fall
 # on a segment boundary are exactly on it.
