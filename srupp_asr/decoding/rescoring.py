@@ -8,10 +8,9 @@ import math
 import torch
 
 from srupp_asr.decoder import IGNORE_ID, TransformerDecoder, add_sos_eos
+from srupp_asr.decoding.beam_search import NEG_INF
 from srupp_asr.lm import SRUppLM
 from srupp_asr.model import SOS_EOS_ID
-
-NEG_INF = float("-inf")
 
 
 def attention_scores(
