@@ -48,6 +48,7 @@ from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.decoder import IGNORE_ID
 from srupp_asr.encoders import ENCODER_NAMES, encoder_num_params
 from srupp_asr.model import SOS_EOS_ID, ASRModel
+from srupp_asr.schedulers import build_optimizer
 
 VOCAB_SIZE = 500
 TOKENS_PER_SECOND = 4.0  # about LibriSpeech's rate with 500 BPE pieces (2.7 words/s, 1.5 pieces/word)
@@ -222,26 +223,53 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
         valid = feats[torch.arange(feats.size(1), device=device) < lens[:, None]]
         model.set_cmvn(valid.mean(0), valid.std(0))
     model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+    optimizer = build_optimizer("adam", model.parameters(), LEARNING_RATE, WEIGHT_DECAY)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=job["precision"] == "bf16")
-    times = []
-    for step in range(job["warmup_steps"] + job["steps"]):
-        _sync(device)
-        start = time.perf_counter()
+    torch.backends.cudnn.benchmark = job.get("cudnn_benchmark", False)
+
+    def train_step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
         with autocast:
             loss = model(**batch)["loss"]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()
+        return loss
+
+    times = []
+    for step in range(job["warmup_steps"] + job["steps"]):
+        _sync(device)
+        start = time.perf_counter()
+        loss = train_step()
         _sync(device)
         if step >= job["warmup_steps"]:
             times.append(time.perf_counter() - start)
+    profile = _profile(train_step, device, job["profile"]) if job.get("profile") else ""
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - memory_before
     else:
         peak = _peak_rss_bytes() - memory_before
-    return {"times": times, "peak_memory": peak, "loss": float(loss.detach())}
+    return {"times": times, "peak_memory": peak, "loss": float(loss.detach()), "profile": profile}
+
+
+def _profile(train_step, device: torch.device, steps: int, rows: int = 25) -> str:
+    """torch.profiler over ``steps`` more training steps: the operators with the most self device time (self CPU
+    time on a CPU), as a table, after a line giving the device time and the wall time per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    _sync(device)
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            train_step()
+        _sync(device)
+    wall = (time.perf_counter() - start) / steps
+    averages = prof.key_averages()
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    busy = sum(getattr(e, key) for e in averages) / steps / 1e3
+    head = f"per step (profiled, {steps} steps): {busy:.1f} ms of {device.type} time in a {wall * 1e3:.1f} ms step"
+    return head + "\n" + averages.table(sort_by=key, row_limit=rows, max_name_column_width=60)
 
 
 def _run_isolated(job: dict[str, Any]) -> dict[str, Any]:
@@ -288,8 +316,9 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
     audio_seconds = float(batch["audio_lens"].sum()) / SAMPLE_RATE
     padded_seconds = batch["audio"].numel() / SAMPLE_RATE
     threads = args.threads or torch.get_num_threads()
+    cudnn = ", cudnn.benchmark" if args.cudnn_benchmark else ""
     lines = [
-        f"device: {_device_name(args.device)}, {threads} CPU threads, torch {torch.__version__}, {args.precision}",
+        f"device: {_device_name(args.device)}, {threads} CPU threads, torch {torch.__version__}, {args.precision}{cudnn}",
         f"command: python {shlex.join(sys.argv)}",
         "",
         f"size {args.size}: batch of {batch['audio'].size(0)} utterances, {audio_seconds:.1f} s of audio "
@@ -309,6 +338,8 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
             "utt_seconds": utt_seconds,
             "steps": steps,
             "warmup_steps": warmup,
+            "profile": args.profile,
+            "cudnn_benchmark": args.cudnn_benchmark,
         }
         print(f"timing {name} ({counts[name][0] / 1e6:.2f} M parameters) ...", file=sys.stderr, flush=True)
         results[name] = _run_isolated(job)
@@ -332,6 +363,9 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
         )
     memory = "CUDA max_memory_allocated" if args.device == "cuda" else "peak RSS growth (ru_maxrss)"
     lines += ["", f"audio s / s from the median step time; peak memory: {memory} from before the model was built."]
+    for name, result in results.items():
+        if result["profile"]:
+            lines += ["", f"{name}: {result['profile']}"]
     return lines
 
 
@@ -349,6 +383,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     parser.add_argument("--target-params", type=float, help="millions (default: the size's SRU++ preset)")
     parser.add_argument("--match", choices=("total", "encoder"), default="total", help="which count to match")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS", help="profile STEPS more steps per encoder")
+    parser.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
@@ -360,6 +396,8 @@ def main() -> None:
         parser.error("--batch-seconds must be positive")
     if args.utt_seconds is not None and not 0.1 <= args.utt_seconds[0] <= args.utt_seconds[1]:
         parser.error("--utt-seconds LO HI needs 0.1 <= LO <= HI")
+    if args.profile < 0:
+        parser.error("--profile must not be negative")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     for line in train_throughput(args):

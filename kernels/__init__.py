@@ -59,28 +59,44 @@ def nvrtc_options(dtype: torch.dtype, cols: int = 1) -> tuple[str, ...]:
         "--std=c++17",
         f"-DSRU_T={storage}",
         f"-DSRU_F={compute}",
-        f"-DSRU_CHUNK={cuda_chunk()}",
+        f"-DSRU_CHUNK={cuda_chunk(dtype)}",
         f"-DSRU_COLS={cols}",
     )
 
 
-def cuda_chunk() -> int:
-    """Time steps whose loads each CUDA thread issues together (``SRUPP_CUDA_CHUNK``, default 4; for tuning)."""
-    value = os.environ.get("SRUPP_CUDA_CHUNK", "4")
+# The kernel variant per storage dtype: (columns per thread, time steps per chunk). Measured on an H100
+# (2026-11-25, benchmarks/recurrence_speed.py --gpu-variants, README "GPU kernel variants"): 2x8 moves 16-bit
+# data fastest (1.30-1.39 ms fwd+bwd against 1.44-1.65 for 1x4); for float32 the variants are within noise of
+# each other (1.94-2.16 ms), so 32/64-bit keep the simplest, 1x4. SRUPP_CUDA_COLS / SRUPP_CUDA_CHUNK override.
+CUDA_VARIANTS: dict[torch.dtype, tuple[int, int]] = {
+    torch.float32: (1, 4),
+    torch.float64: (1, 4),
+    torch.float16: (2, 8),
+    torch.bfloat16: (2, 8),
+}
+CUDA_COLUMN_CHOICES = (1, 2, 4)
+
+
+def cuda_chunk(dtype: torch.dtype = torch.float32) -> int:
+    """Time steps whose loads each CUDA thread issues together: ``SRUPP_CUDA_CHUNK`` (1..64) when set, else
+    ``dtype``'s entry in :data:`CUDA_VARIANTS`."""
+    value = os.environ.get("SRUPP_CUDA_CHUNK")
+    if value is None:
+        return CUDA_VARIANTS.get(dtype, (1, 4))[1]
     if not value.isdigit() or not 1 <= int(value) <= 64:
         raise ValueError(f"SRUPP_CUDA_CHUNK must be an integer in 1..64, got {value!r}")
     return int(value)
 
 
-CUDA_COLUMN_CHOICES = (1, 2, 4)
-
-
-def cuda_columns() -> int:
-    """Adjacent columns each CUDA thread owns (``SRUPP_CUDA_COLS``, 1, 2 or 4, default 1; for tuning).
+def cuda_columns(dtype: torch.dtype = torch.float32) -> int:
+    """Adjacent columns each CUDA thread owns: ``SRUPP_CUDA_COLS`` (1, 2 or 4) when set, else ``dtype``'s entry in
+    :data:`CUDA_VARIANTS`.
 
     The launcher falls back to 1 where the shape or the tensors' alignment does not allow more
     (``srupp_asr.recurrence.cuda_columns_for``)."""
-    value = os.environ.get("SRUPP_CUDA_COLS", "1")
+    value = os.environ.get("SRUPP_CUDA_COLS")
+    if value is None:
+        return CUDA_VARIANTS.get(dtype, (1, 4))[0]
     if not value.isdigit() or int(value) not in CUDA_COLUMN_CHOICES:
         raise ValueError(f"SRUPP_CUDA_COLS must be one of {CUDA_COLUMN_CHOICES}, got {value!r}")
     return int(value)

@@ -72,7 +72,7 @@ from srupp_asr.interrupts import (
 )
 from srupp_asr.lm import SRUppLM, save_lm
 from srupp_asr.model_dir import CONFIG_FILE
-from srupp_asr.schedulers import NoamLR
+from srupp_asr.schedulers import NoamLR, build_optimizer
 from srupp_asr.tokenizer import Tokenizer, texts_from_sources
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ def _train(cfg: LMTrainConfig, device: torch.device, state_path: Path) -> dict[s
         attn_dropout=cfg.dropout,
     ).to(device)
     log.info("train-lm: SRU++ LM with %s parameters", f"{model.num_params():,}")
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = build_optimizer("adam", model.parameters(), cfg.lr, cfg.weight_decay)
     scheduler = NoamLR(optimizer, cfg.warmup_steps)
     settings = _settings(cfg, train, valid, device)
     progress: dict[str, Any] = {"epoch": 0, "batch": 0, "step": 0, "best": math.inf, "validate": False}

@@ -235,10 +235,11 @@ def _backward_through_loop(ctx, grad_h, grad_c_last) -> tuple:
 
 
 def cuda_columns_for(D: int, bidirectional: bool, tensors: list[torch.Tensor | None]) -> int:
-    """Columns per CUDA thread for a launch: ``kernels.cuda_columns()`` where every direction's width is a
-    multiple of it and each of ``tensors`` (those the kernel moves in words of that many values) is aligned
-    to its words; otherwise 1."""
-    cols = kernels.cuda_columns()
+    """Columns per CUDA thread for a launch: ``kernels.cuda_columns(dtype)`` (the first tensor's dtype) where
+    every direction's width is a multiple of it and each of ``tensors`` (those the kernel moves in words of that
+    many values) is aligned to its words; otherwise 1."""
+    dtype = next((t.dtype for t in tensors if t is not None), torch.float32)
+    cols = kernels.cuda_columns(dtype)
     if cols == 1 or D % cols or (bidirectional and (D // 2) % cols):
         return 1
     if any(t is not None and t.numel() and t.data_ptr() % (cols * t.element_size()) for t in tensors):

@@ -123,7 +123,9 @@ class SRUppLayer(nn.Module):
         if mask is not None:
             # A sequence with no real step attends everywhere instead of producing NaN; its
             # outputs are discarded by the recurrence anyway.
-            key_mask = (mask | ~mask.any(0, keepdim=True)).t()[:, None, None, :]  # (B, 1, 1, L)
+            # Contiguous (B, 1, 1, L): the fused (memory-efficient) attention kernels need the mask's last
+            # dimension to have stride 1; a transposed view of the (L, B) mask sends SDPA to its math fallback.
+            key_mask = (mask | ~mask.any(0, keepdim=True)).t().contiguous()[:, None, None, :]
         a = F.scaled_dot_product_attention(
             split(q), split(k), split(v), attn_mask=key_mask, dropout_p=self.attn_dropout if self.training else 0.0
         )

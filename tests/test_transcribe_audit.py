@@ -18,8 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-import srt  # the dev extra: an independent SubRip parser
-import webvtt  # the dev extra (webvtt-py): an independent WebVTT parser
 
 from srupp_asr.audio import SAMPLE_RATE, load_audio
 from srupp_asr.cli import main
@@ -49,6 +47,7 @@ def _seconds(stamp: str) -> float:
 
 def read_srt(text: str) -> list[tuple[float, float, str]]:
     """Cues of SubRip ``text`` by the ``srt`` package (strict), checked numbered 1..n in order."""
+    srt = pytest.importorskip("srt", reason="the dev extra srt (an independent SubRip parser) is not installed")
     subs = list(srt.parse(text, ignore_errors=False))
     assert [s.index for s in subs] == list(range(1, len(subs) + 1))
     for line in text.splitlines():
@@ -63,6 +62,9 @@ def read_vtt(text: str) -> list[tuple[float, float, str]]:
     for line in text.splitlines():
         if " --> " in line:
             assert re.fullmatch(r"\d{2,}:\d\d:\d\d\.\d{3} --> \d{2,}:\d\d:\d\d\.\d{3}", line), line
+    webvtt = pytest.importorskip(
+        "webvtt", reason="the dev extra webvtt-py (an independent WebVTT parser) is not installed"
+    )
     captions = webvtt.from_buffer(io.StringIO(text)).captions
     return [(_seconds(c.start), _seconds(c.end), html.unescape(c.text)) for c in captions]
 

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The GPU checks of a short lease, in one call (a lease may be 15 minutes in all): the training step before and
+# after the step-efficiency fixes, SRU++ and Conformer at the LibriSpeech shape (~98 M parameters, bf16, a 200-s
+# batch), with a torch.profiler table of each; the same with cudnn.benchmark; the recurrence's kernel variants;
+# then every GPU test. Each part has its own time limit, so one that hangs costs only its share.
+#
+#   here:  git archive HEAD~N srupp_asr kernels benchmarks | tar -x -C exp/baseline  (the code before the fixes;
+#          then mv exp/baseline/kernels exp/baseline/srupp_asr/kernels and drop its default_model)
+#   there: benchmarks/gpu_session.sh        (carry .whl, the wheels the machine lacks, and exp/baseline)
+#
+# Logs and tables go to $OUT (the device tool's folder) or exp/gpu_session; the tables are printed last.
+set -uo pipefail
+out=${OUT:-exp/gpu_session}
+py=${PYTHON:-python3}
+mkdir -p "$out"
+say() { echo "[$(date -u +%H:%M:%S)] $*"; }
+
+if [ -d .whl ]; then
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+"$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || say "editable install failed"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee "$out/gpu.txt"
+export PYTHONUNBUFFERED=1
+
+throughput=(benchmarks/train_throughput.py --size large --device cuda --precision bf16 --encoders srupp conformer)
+say "training step, after the fixes (profiled)"
+timeout 130 "$py" "${throughput[@]}" --profile 3 >"$out/throughput_after.md" 2>"$out/throughput_after.err"
+if [ -d exp/baseline ]; then
+  say "training step, before the fixes (exp/baseline)"
+  PYTHONPATH=exp/baseline${PYTHONPATH:+:$PYTHONPATH} timeout 100 "$py" exp/baseline/"${throughput[0]}" \
+    "${throughput[@]:1}" >"$out/throughput_before.md" 2>"$out/throughput_before.err"
+fi
+say "training step, after the fixes, cudnn.benchmark"
+timeout 100 "$py" "${throughput[@]}" --cudnn-benchmark >"$out/throughput_cudnn.md" 2>"$out/throughput_cudnn.err"
+say "recurrence kernel variants"
+timeout 50 "$py" benchmarks/recurrence_speed.py --skip-cpu --repeats 20 --gpu-variants 1x4,2x8 \
+  >"$out/recurrence.md" 2>&1
+say "GPU tests"
+timeout "${GPU_TEST_SECONDS:-150}" "$py" tests/run_gpu_tests.py >"$out/gpu_tests.log" 2>&1
+echo "gpu tests exit status $?" >>"$out/gpu_tests.log"
+say "done"
+
+for f in throughput_before throughput_after throughput_cudnn; do
+  [ -f "$out/$f.md" ] || continue
+  echo "== $f"
+  grep -E '^(device|size|\| |srupp:|conformer:|per step)' "$out/$f.md" | grep -v '^| *aten\|^| *-' | head -12
+  tail -3 "$out/$f.err"
+done
+echo "== recurrence"; grep -E '^\| (bfloat16|float32)' "$out/recurrence.md" | grep 'forward+backward'
+echo "== gpu tests"; tail -25 "$out/gpu_tests.log"
