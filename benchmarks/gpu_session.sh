@@ -8,6 +8,10 @@
 #          then mv exp/baseline/kernels exp/baseline/srupp_asr/kernels and drop its default_model)
 #   there: benchmarks/gpu_session.sh        (carry .whl, the wheels the machine lacks, and exp/baseline)
 #
+# PARTS picks the parts (default "after before cudnn recurrence tests"); TESTS, the GPU tests' pytest arguments
+# (default: all of them, through tests/run_gpu_tests.py). The decoding GPU tests synthesise speech with espeak-ng:
+# carry its .debs in .espeak_debs (apt-get download espeak-ng and its libraries) and they are installed first.
+#
 # Logs and tables go to $OUT (the device tool's folder) or exp/gpu_session; the tables are printed last.
 set -uo pipefail
 out=${OUT:-exp/gpu_session}
@@ -20,25 +24,37 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/site
 fi
 "$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || say "editable install failed"
+if [ -d .espeak_debs ] && ! command -v espeak-ng >/dev/null; then
+  bash recipes/synth_en/local/install_debs.sh --no-check .espeak_debs >/dev/null || say "espeak-ng debs failed"
+fi
+parts=" ${PARTS:-after before cudnn recurrence tests} "
+part() { [[ $parts == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee "$out/gpu.txt"
 export PYTHONUNBUFFERED=1
 
 throughput=(benchmarks/train_throughput.py --size large --device cuda --precision bf16 --encoders srupp conformer)
-say "training step, after the fixes (profiled)"
-timeout 130 "$py" "${throughput[@]}" --profile 3 >"$out/throughput_after.md" 2>"$out/throughput_after.err"
-if [ -d exp/baseline ]; then
+part after && say "training step, after the fixes (profiled)" &&
+  timeout 130 "$py" "${throughput[@]}" --profile 3 >"$out/throughput_after.md" 2>"$out/throughput_after.err"
+if [ -d exp/baseline ] && part before; then
   say "training step, before the fixes (exp/baseline)"
   PYTHONPATH=exp/baseline${PYTHONPATH:+:$PYTHONPATH} timeout 100 "$py" exp/baseline/"${throughput[0]}" \
     "${throughput[@]:1}" >"$out/throughput_before.md" 2>"$out/throughput_before.err"
 fi
-say "training step, after the fixes, cudnn.benchmark"
-timeout 100 "$py" "${throughput[@]}" --cudnn-benchmark >"$out/throughput_cudnn.md" 2>"$out/throughput_cudnn.err"
-say "recurrence kernel variants"
-timeout 50 "$py" benchmarks/recurrence_speed.py --skip-cpu --repeats 20 --gpu-variants 1x4,2x8 \
+part cudnn && say "training step, after the fixes, cudnn.benchmark" &&
+  timeout 100 "$py" "${throughput[@]}" --cudnn-benchmark >"$out/throughput_cudnn.md" 2>"$out/throughput_cudnn.err"
+part recurrence && say "recurrence kernel variants" &&
+  timeout 50 "$py" benchmarks/recurrence_speed.py --skip-cpu --repeats 20 --gpu-variants 1x4,2x8 \
   >"$out/recurrence.md" 2>&1
-say "GPU tests"
-timeout "${GPU_TEST_SECONDS:-150}" "$py" tests/run_gpu_tests.py >"$out/gpu_tests.log" 2>&1
-echo "gpu tests exit status $?" >>"$out/gpu_tests.log"
+if part tests; then
+  say "GPU tests"
+  if [ -n "${TESTS:-}" ]; then
+    # shellcheck disable=SC2086
+    timeout "${GPU_TEST_SECONDS:-150}" "$py" -m pytest -q -m gpu -p no:cacheprovider $TESTS >"$out/gpu_tests.log" 2>&1
+  else
+    timeout "${GPU_TEST_SECONDS:-150}" "$py" tests/run_gpu_tests.py >"$out/gpu_tests.log" 2>&1
+  fi
+  echo "gpu tests exit status $?" >>"$out/gpu_tests.log"
+fi
 say "done"
 
 for f in throughput_before throughput_after throughput_cudnn; do
@@ -47,5 +63,5 @@ for f in throughput_before throughput_after throughput_cudnn; do
   grep -E '^(device|size|\| |srupp:|conformer:|per step)' "$out/$f.md" | grep -v '^| *aten\|^| *-' | head -12
   tail -3 "$out/$f.err"
 done
-echo "== recurrence"; grep -E '^\| (bfloat16|float32)' "$out/recurrence.md" | grep 'forward+backward'
-echo "== gpu tests"; tail -25 "$out/gpu_tests.log"
+[ -f "$out/recurrence.md" ] && echo "== recurrence" && grep -E '^\| (bfloat16|float32)' "$out/recurrence.md" | grep 'forward+backward'
+[ -f "$out/gpu_tests.log" ] && echo "== gpu tests" && tail -25 "$out/gpu_tests.log"

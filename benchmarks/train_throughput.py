@@ -265,10 +265,34 @@ def _profile(train_step, device: torch.device, steps: int, rows: int = 25) -> st
             train_step()
         _sync(device)
     wall = (time.perf_counter() - start) / steps
+    host = ""
+    if device.type == "cuda":  # how often a step makes the host wait for the GPU (each wait exposes launch time)
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                cpu_start, wall_start = time.process_time(), time.perf_counter()
+                train_step()
+                _sync(device)
+                cpu, whole = time.process_time() - cpu_start, time.perf_counter() - wall_start
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = sum("synchroniz" in str(w.message) for w in caught)
+        host = f"; unprofiled: {syncs} host syncs, {cpu * 1e3:.1f} ms of host CPU in a {whole * 1e3:.1f} ms step"
     averages = prof.key_averages()
     key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    busy = sum(getattr(e, key) for e in averages) / steps / 1e3
-    head = f"per step (profiled, {steps} steps): {busy:.1f} ms of {device.type} time in a {wall * 1e3:.1f} ms step"
+    if device.type == "cuda":  # the kernels' own events: the time the GPU was busy
+        from torch.autograd import DeviceType
+
+        busy_us = sum(e.device_time_total for e in prof.events() if e.device_type == DeviceType.CUDA)
+    else:
+        busy_us = averages.self_cpu_time_total
+    busy = busy_us / steps / 1e3
+    head = (
+        f"per step (profiled, {steps} steps): {busy:.1f} ms of {device.type} time in a {wall * 1e3:.1f} ms step{host}"
+    )
     return head + "\n" + averages.table(sort_by=key, row_limit=rows, max_name_column_width=60)
 
 
@@ -318,7 +342,8 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
     threads = args.threads or torch.get_num_threads()
     cudnn = ", cudnn.benchmark" if args.cudnn_benchmark else ""
     lines = [
-        f"device: {_device_name(args.device)}, {threads} CPU threads, torch {torch.__version__}, {args.precision}{cudnn}",
+        f"device: {_device_name(args.device)}, {threads} CPU threads, torch {torch.__version__}, "
+        f"{args.precision}{cudnn}",
         f"command: python {shlex.join(sys.argv)}",
         "",
         f"size {args.size}: batch of {batch['audio'].size(0)} utterances, {audio_seconds:.1f} s of audio "

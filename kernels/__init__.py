@@ -143,7 +143,13 @@ def cuda_function(name: str, dtype: torch.dtype, device_index: int, cols: int = 
         raise BackendUnavailable(
             "the SRU recurrence on CUDA needs CuPy: pip install 'srupp-asr[gpu]' (cupy-cuda13x)"
         ) from err
-    return _cuda_module(nvrtc_options(dtype, cols), device_index).get_function(name)
+    return _cuda_kernel(name, nvrtc_options(dtype, cols), device_index)
+
+
+@functools.cache
+def _cuda_kernel(name: str, options: tuple[str, ...], device_index: int):
+    # One lookup per kernel, not per launch: a training step launches the recurrence twice per layer.
+    return _cuda_module(options, device_index).get_function(name)
 
 
 def _cpu_build_dir(flags: list[str]) -> Path:

@@ -233,7 +233,8 @@ class ASRLightningModule(L.LightningModule):
             self.zero_grad(set_to_none=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        """Adam or AdamW (fused on CUDA) at peak ``lr`` with the Noam warm-up / inverse-sqrt schedule, stepped every update."""
+        """Adam or AdamW (fused on CUDA) at peak ``lr`` with the Noam warm-up / inverse-sqrt schedule, stepped every
+        update."""
         hp = self.hparams
         optimizer = build_optimizer(hp.optimizer, self.parameters(), hp.lr, hp.weight_decay)
         scheduler = NoamLR(optimizer, warmup_steps=hp.warmup_steps)

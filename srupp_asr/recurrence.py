@@ -16,6 +16,7 @@ per-step PyTorch loop (:func:`sru_recurrence_loop`) with a warning.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
@@ -253,10 +254,18 @@ def _launch(name: str, dtype: torch.dtype, device: torch.device, n: int, args: l
     import cupy
 
     fn = kernels.cuda_function(name, dtype, device.index, cols)
-    stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device.index)
+    stream = _cupy_stream(torch.cuda.current_stream(device).cuda_stream, device.index)
     blocks = (n + kernels.THREADS_PER_BLOCK - 1) // kernels.THREADS_PER_BLOCK
     with cupy.cuda.Device(device.index):
         fn((blocks,), (kernels.THREADS_PER_BLOCK,), tuple(_kernel_arg(a) for a in args), stream=stream)
+
+
+@functools.lru_cache(maxsize=64)
+def _cupy_stream(handle: int, device_index: int):
+    """CuPy's view of torch's CUDA stream ``handle`` (made once per stream, not per launch)."""
+    import cupy
+
+    return cupy.cuda.ExternalStream(handle, device_index)
 
 
 def _kernel_arg(a):

@@ -11,7 +11,6 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from srupp_asr.checks import check_int
 
-
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
