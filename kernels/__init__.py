@@ -64,12 +64,13 @@ def nvrtc_options(dtype: torch.dtype, cols: int = 1) -> tuple[str, ...]:
     )
 
 
-# The kernel variant per storage dtype: (columns per thread, time steps per chunk). Measured on an H100
-# (2026-11-25, benchmarks/recurrence_speed.py --gpu-variants, README "GPU kernel variants"): 2x8 moves 16-bit
-# data fastest (1.30-1.39 ms fwd+bwd against 1.44-1.65 for 1x4); for float32 the variants are within noise of
-# each other (1.94-2.16 ms), so 32/64-bit keep the simplest, 1x4. SRUPP_CUDA_COLS / SRUPP_CUDA_CHUNK override.
+# The kernel variant per storage dtype: (columns per thread, time steps per chunk). Measured on H100s
+# (benchmarks/recurrence_speed.py --gpu-variants, benchmarks/RESULTS.md "GPU: the recurrence's kernel variants"):
+# 2x8 moves 16-bit data fastest (bf16 fwd+bwd 1.30-1.44 ms against 1.44-1.65 for 1x4) and float32 at least as fast
+# (2.06-2.11 ms against 1.94-2.39) with less spread; float64 (tests and gradcheck only) keeps 1x4.
+# SRUPP_CUDA_COLS / SRUPP_CUDA_CHUNK override the table for every dtype.
 CUDA_VARIANTS: dict[torch.dtype, tuple[int, int]] = {
-    torch.float32: (1, 4),
+    torch.float32: (2, 8),
     torch.float64: (1, 4),
     torch.float16: (2, 8),
     torch.bfloat16: (2, 8),

@@ -21,6 +21,7 @@ TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-2, tor
 SHAPES = [(1, 1, 2), (37, 3, 66), (23, 4, 20), (19, 2, 24)]
 BUILDS = [(dtype, cols, 4) for dtype in TOLERANCE for cols in kernels.CUDA_COLUMN_CHOICES]
 BUILDS += [(torch.float32, 2, 3), (torch.float32, 4, 3), (torch.float32, 1, 1)]
+BUILDS += [(dtype, *kernels.CUDA_VARIANTS[dtype]) for dtype in TOLERANCE if kernels.CUDA_VARIANTS[dtype][1] != 4]
 
 
 def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
@@ -94,6 +95,23 @@ def test_two_columns_fall_back_to_one_on_unaligned_tensors(monkeypatch):
     assert recurrence.cuda_columns_for(12, True, [aligned]) == 1  # 6 columns per direction
     monkeypatch.setenv("SRUPP_CUDA_COLS", "1")
     assert recurrence.cuda_columns_for(8, True, [aligned]) == 1
+
+
+@pytest.mark.parametrize(
+    ("dtype", "cols", "chunk"),
+    [(torch.float32, 2, 8), (torch.float64, 1, 4), (torch.float16, 2, 8), (torch.bfloat16, 2, 8)],
+)
+def test_default_variant_per_dtype_and_its_override(dtype, cols, chunk, monkeypatch):
+    """Without SRUPP_CUDA_COLS / SRUPP_CUDA_CHUNK each dtype gets its measured variant; set, they win."""
+    monkeypatch.delenv("SRUPP_CUDA_COLS", raising=False)
+    monkeypatch.delenv("SRUPP_CUDA_CHUNK", raising=False)
+    aligned = torch.zeros(2, 3, 8, dtype=dtype)
+    assert recurrence.cuda_columns_for(8, True, [aligned]) == cols
+    assert f"-DSRU_CHUNK={chunk}" in kernels.nvrtc_options(dtype, cols)
+    monkeypatch.setenv("SRUPP_CUDA_COLS", "1")
+    monkeypatch.setenv("SRUPP_CUDA_CHUNK", "3")
+    assert recurrence.cuda_columns_for(8, True, [aligned]) == 1
+    assert "-DSRU_CHUNK=3" in kernels.nvrtc_options(dtype, 1)
 
 
 @pytest.mark.parametrize("value", ["3", "0", "two", "-1"])
