@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from srupp_asr.schedulers import NoamLR
+from srupp_asr.schedulers import NoamLR, build_optimizer
 
 PEAK, WARMUP = 2e-3, 100
 
@@ -72,3 +72,26 @@ def test_each_parameter_group_scales_its_own_peak():
 def test_warmup_must_be_positive():
     with pytest.raises(ValueError, match="warmup_steps must be at least 1"):
         NoamLR(_optimizer(), warmup_steps=0)
+
+
+@pytest.mark.parametrize(("name", "cls"), [("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)])
+def test_optimizer_on_the_cpu_is_torchs_default_implementation(name, cls):
+    """On the CPU the update stays torch's default (not fused), whose steps the resume tests pin bit for bit."""
+    params = [torch.nn.Parameter(torch.randn(3, 2)), torch.nn.Parameter(torch.randn(4))]
+    optimizer = build_optimizer(name, params, lr=0.01, weight_decay=1e-6)
+    assert type(optimizer) is cls
+    group = optimizer.param_groups[0]
+    assert group["fused"] is None and group["lr"] == 0.01 and group["weight_decay"] == 1e-6
+    reference = cls([p.detach().clone().requires_grad_() for p in params], lr=0.01, weight_decay=1e-6)
+    for opt, ps in ((optimizer, params), (reference, reference.param_groups[0]["params"])):
+        sum((p**2).sum() for p in ps).backward()
+        opt.step()
+    for mine, theirs in zip(params, reference.param_groups[0]["params"], strict=True):
+        assert torch.equal(mine, theirs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
+def test_optimizer_on_cuda_is_fused():
+    params = [torch.nn.Parameter(torch.randn(3, 2, device="cuda"))]
+    assert build_optimizer("adam", params, lr=0.01, weight_decay=0.0).param_groups[0]["fused"] is True

@@ -93,3 +93,25 @@ def test_zero_length_sequence_gives_zeros_not_nan():
     assert torch.isfinite(out).all() and torch.all(out[1] == 0)
     out.sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in enc.parameters() if p.grad is not None)
+
+
+def test_key_padding_mask_reaches_attention_contiguous(monkeypatch):
+    """The mask handed to scaled_dot_product_attention has a stride-1 last dimension: the fused (memory-efficient /
+    cuDNN) kernels refuse any other and PyTorch silently falls back to the slow math attention."""
+    import torch.nn.functional as F
+
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kwargs):
+        seen.append(attn_mask)
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    layer = SRUppLayer(8, 8, num_heads=2)
+    x = torch.randn(5, 3, 8)
+    mask = torch.arange(5)[:, None] < torch.tensor([5, 3, 1])[None, :]
+    layer(x, mask)
+    (key_mask,) = seen
+    assert key_mask.shape == (3, 1, 1, 5) and key_mask.stride(-1) == 1
+    assert torch.equal(key_mask[:, 0, 0], mask.t())
