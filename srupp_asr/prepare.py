@@ -2,7 +2,10 @@
 
 - :func:`import_kaldi_dir`: a Kaldi data directory (``wav.scp``, ``text``, optional ``segments`` and ``utt2spk``);
 - :func:`import_nemo_manifest`: a NeMo JSON-lines manifest (``audio_filepath``, ``text``, optional ``duration``
-  and ``offset``).
+  and ``offset``);
+- :func:`import_table`: a folder of audio plus a table of transcripts (``.csv`` or ``.tsv`` with a header: audio
+  path, text, optional speaker and split), Hugging Face's audiofolder ``metadata.csv`` among them; one cut set per
+  split.
 
 Every audio file is opened to check that it exists, decodes, and covers the utterance; an entry that fails a
 check (missing or unreadable audio, malformed line, no transcript, a segment outside its recording) is reported
@@ -13,11 +16,14 @@ and skipped, and the rest are imported. Transcripts are stored raw: normalisatio
 from __future__ import annotations
 
 import argparse
+import csv
 import io
 import json
 import logging
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -30,7 +36,7 @@ from lhotse.utils import fastcopy
 
 from srupp_asr.data import save_cuts
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import read_lines
+from srupp_asr.fileio import make_temp_dir, read_lines
 
 log = logging.getLogger(__name__)
 
@@ -326,25 +332,213 @@ def _unique(name: str, taken: set[str]) -> str:
     return candidate
 
 
+# Column names recognised in a table's header, most specific first (``--*-column`` names one explicitly): the
+# names of this project's real_en manifests, Hugging Face's audiofolder, NeMo, Common Voice and LibriSpeech-style
+# tables.
+AUDIO_COLUMNS = ("path", "file_name", "audio_filepath", "audio_path", "audio", "filename", "file", "wav")
+TEXT_COLUMNS = ("text", "transcription", "transcript", "sentence", "normalized_text", "words")
+SPEAKER_COLUMNS = ("speaker", "speaker_id", "client_id", "spk")
+SPLIT_COLUMNS = ("split",)
+# The metadata file of a Hugging Face audiofolder (the folder itself, or one per split subfolder).
+AUDIOFOLDER_METADATA = "metadata.csv"
+# A split name becomes part of a file name: ``OUT_DIR/<split>_cuts.jsonl.gz``.
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+@dataclass(frozen=True)
+class TableColumns:
+    """Which header names hold the audio path, the text, the speaker and the split (None: automatic, the first of
+    ``*_COLUMNS`` present; speaker and split may be absent)."""
+
+    audio: str | None = None
+    text: str | None = None
+    speaker: str | None = None
+    split: str | None = None
+
+
+def import_table(
+    source: str | os.PathLike,
+    problems: list[str] | None = None,
+    columns: TableColumns = TableColumns(),
+    audio_root: str | os.PathLike | None = None,
+    default_split: str = "all",
+) -> dict[str, CutSet]:
+    """Read a table of transcripts as cut sets, one per split; rows that cannot be imported are appended to
+    ``problems`` as ``TABLE:LINE: why`` (logged as warnings without ``problems``).
+
+    ``source`` is a ``.csv`` (comma-separated, double-quoted fields as spreadsheets write them) or ``.tsv``
+    (tab-separated, no quoting: quotes are text) with a header row, or a Hugging Face audiofolder: a folder holding
+    ``metadata.csv``, or split subfolders each holding one (the subfolder names the split). Audio paths are taken
+    relative to the table's folder (``audio_root`` overrides); durations come from the audio files' headers (a
+    duration column is ignored). A table without a split column puts every row in ``default_split``. Each cut is
+    named after its audio file's stem (``-2``, ... added when stems repeat); a file listed twice is a problem.
+    """
+    source = Path(source)
+    report = _Report(problems)
+    if not _SPLIT_NAME.fullmatch(default_split):
+        raise UserError(f"split {default_split!r} is not a name (letters, digits, '_', '.', '-')")
+    if source.is_dir():
+        tables = _audiofolder_tables(source)
+    elif not source.is_file():
+        raise UserError(f"{source}: not found")
+    else:
+        tables = [(source, None)]
+    recording_ids: set[str] = set()
+    seen: dict[Path, str] = {}  # audio file -> where it was first listed
+    splits: dict[str, list[Cut]] = {}
+    for table, folder_split in tables:
+        base = Path(audio_root) if audio_root is not None else table.parent
+        for where, audio, text, speaker, split in _table_rows(table, columns, report):
+            split = split if split is not None else folder_split or default_split
+            try:
+                if not _SPLIT_NAME.fullmatch(split):
+                    raise _Skip(f"split {split!r} is not a name (letters, digits, '_', '.', '-')")
+                path = Path(os.path.abspath(base / audio))
+                if path in seen:
+                    raise _Skip(f"{audio} is listed again (first at {seen[path]})")
+                seen[path] = where
+                recording = _file_recording(_unique(path.stem, recording_ids), path)
+                recording_ids.add(recording.id)
+                splits.setdefault(split, []).append(_cut(recording, recording.id, 0.0, None, text, speaker))
+            except _Skip as err:
+                report.skip(f"{where}: {err}")
+    return {name: CutSet.from_cuts(cuts) for name, cuts in sorted(splits.items())}
+
+
+def _audiofolder_tables(folder: Path) -> list[tuple[Path, str | None]]:
+    """The metadata tables of a Hugging Face audiofolder with the split each one is (None: the table says)."""
+    if (folder / AUDIOFOLDER_METADATA).is_file():
+        return [(folder / AUDIOFOLDER_METADATA, None)]
+    tables = [(sub / AUDIOFOLDER_METADATA, sub.name) for sub in sorted(folder.iterdir())]
+    tables = [(table, split) for table, split in tables if table.is_file()]
+    if not tables:
+        raise UserError(
+            f"{folder}: no {AUDIOFOLDER_METADATA} in it or in its subfolders (an audiofolder holds one, or one per "
+            "split subfolder)"
+        )
+    return tables
+
+
+def _table_rows(table: Path, columns: TableColumns, report: _Report):
+    """Yield ``(where, audio, text, speaker, split)`` per usable row of ``table``; bad rows go to ``report``."""
+    if table.suffix.lower() == ".tsv":
+        dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
+    elif table.suffix.lower() == ".csv":
+        dialect = {"delimiter": ","}
+    else:
+        raise UserError(f"{table}: a table of transcripts is a .csv or .tsv file")
+    reader = csv.reader(read_lines(table, "table"), strict=True, **dialect)
+    try:
+        header = [name.strip() for name in next(reader)]
+    except StopIteration:
+        raise UserError(f"{table}: empty (a header row naming the columns comes first)") from None
+    except csv.Error as err:
+        raise UserError(f"{table}:1: cannot read the header ({err})") from None
+    index = _column_index(table, header, columns)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            report.skip(f"{table}:{reader.line_num}: cannot read the row ({err})")
+            continue
+        where = f"{table}:{reader.line_num}"
+        if not any(field.strip() for field in row):
+            continue
+        if len(row) != len(header):
+            report.skip(f"{where}: {len(row)} fields, the header has {len(header)}")
+            continue
+        field = {key: (row[i].strip() if i is not None else None) for key, i in index.items()}
+        if not field["audio"]:
+            report.skip(f"{where}: no audio path in column {header[index['audio']]!r}")
+        elif index["split"] is not None and not field["split"]:
+            report.skip(f"{where}: no split in column {header[index['split']]!r}")
+        else:
+            yield where, field["audio"], field["text"], field["speaker"] or None, field["split"]
+
+
+def _column_index(table: Path, header: list[str], columns: TableColumns) -> dict[str, int | None]:
+    """The position of each field's column in ``header``; a missing required or named column is a UserError."""
+    index: dict[str, int | None] = {}
+    for key, candidates, required in (
+        ("audio", AUDIO_COLUMNS, True),
+        ("text", TEXT_COLUMNS, True),
+        ("speaker", SPEAKER_COLUMNS, False),
+        ("split", SPLIT_COLUMNS, False),
+    ):
+        named = getattr(columns, key)
+        if named is not None:
+            if named not in header:
+                raise UserError(f"{table}: no column {named!r} (the header has: {', '.join(header)})")
+            index[key] = header.index(named)
+            continue
+        found = next((header.index(name) for name in candidates if name in header), None)
+        if found is None and required:
+            raise UserError(
+                f"{table}: no {key} column (looked for {', '.join(candidates)}; the header has: {', '.join(header)}); "
+                f"name it with --{key}-column"
+            )
+        index[key] = found
+    if len(set(i for i in index.values() if i is not None)) < sum(i is not None for i in index.values()):
+        raise UserError(f"{table}: one column is taken for two fields ({index}); name them with --*-column")
+    return index
+
+
+def split_path(out_dir: str | os.PathLike, split: str) -> Path:
+    """Where ``prepare table`` writes the cuts of ``split``: ``OUT_DIR/<split>_cuts.jsonl.gz``."""
+    return Path(out_dir) / f"{split}_cuts.jsonl.gz"
+
+
+def save_splits(splits: dict[str, CutSet], out_dir: str | os.PathLike) -> list[Path]:
+    """Write each split's cuts to :func:`split_path`, all or none: every manifest is written into a temporary
+    folder first and moved into place only when all are complete. Returns the paths written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = make_temp_dir(out_dir / "staging")
+    try:
+        for split, cuts in splits.items():
+            save_cuts(cuts, split_path(staging, split))
+        written = []
+        for split in splits:
+            os.replace(split_path(staging, split), split_path(out_dir, split))
+            written.append(split_path(out_dir, split))
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def prepare_command(args: argparse.Namespace) -> int:
-    """``srupp-asr prepare kaldi|nemo SRC OUT``: import, write the manifest, report; exit 1 if entries were skipped."""
+    """``srupp-asr prepare kaldi|nemo|table SRC OUT``: import, write the manifest(s), report; exit 1 if entries
+    were skipped."""
     problems: list[str] = []
     if args.format == "kaldi":
-        cuts = import_kaldi_dir(args.source, problems, args.allow_command_sources)
+        splits = {None: import_kaldi_dir(args.source, problems, args.allow_command_sources)}
+    elif args.format == "nemo":
+        splits = {None: import_nemo_manifest(args.source, problems)}
     else:
-        cuts = import_nemo_manifest(args.source, problems)
+        columns = TableColumns(args.audio_column, args.text_column, args.speaker_column, args.split_column)
+        splits = import_table(args.source, problems, columns, args.audio_root, args.split)
     for problem in problems:
         print(f"skipped: {problem}", file=sys.stderr)
-    if len(cuts) == 0:
+    total = sum(len(cuts) for cuts in splits.values())
+    if total == 0:
         raise UserError(f"{args.source}: nothing could be imported ({len(problems)} entries skipped)")
-    save_cuts(cuts, args.out)
-    print(f"wrote {len(cuts)} cuts to {args.out}; skipped {len(problems)}")
+    if args.format == "table":
+        paths = save_splits(splits, args.out)
+        written = ", ".join(f"{path} ({len(cuts)})" for path, cuts in zip(paths, splits.values(), strict=True))
+        print(f"wrote {total} cuts: {written}; skipped {len(problems)}")
+    else:
+        save_cuts(splits[None], args.out)
+        print(f"wrote {total} cuts to {args.out}; skipped {len(problems)}")
     return 1 if problems else 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the ``prepare`` sub-command (``prepare kaldi`` and ``prepare nemo``)."""
-    p = subparsers.add_parser("prepare", help="import a Kaldi data dir or NeMo manifest as a lhotse cut manifest")
+    """Register the ``prepare`` sub-command (``prepare kaldi``, ``prepare nemo`` and ``prepare table``)."""
+    p = subparsers.add_parser(
+        "prepare", help="import a Kaldi data dir, NeMo manifest or table of transcripts as lhotse cut manifests"
+    )
     formats = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
     kaldi = formats.add_parser("kaldi", help="a Kaldi data directory (wav.scp, text, [segments], [utt2spk])")
     kaldi.add_argument("source", metavar="DATA_DIR")
@@ -358,4 +552,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     for sub in (kaldi, nemo):
         sub.add_argument("out", metavar="OUT", help="cut manifest to write (.jsonl.gz)")
         sub.set_defaults(func=prepare_command)
+    table = formats.add_parser(
+        "table",
+        help="a table of transcripts (.csv/.tsv: audio path, text, [speaker], [split]) or a Hugging Face audiofolder",
+        description="Import a folder of audio plus a table of transcripts: a .csv or .tsv file with a header row, or "
+        f"a Hugging Face audiofolder (a folder with {AUDIOFOLDER_METADATA}, or split subfolders with one each). "
+        "Writes OUT_DIR/<split>_cuts.jsonl.gz per split (all or none); durations come from the audio files.",
+    )
+    table.add_argument("source", metavar="TABLE|AUDIOFOLDER")
+    table.add_argument("out", metavar="OUT_DIR", help="folder for the <split>_cuts.jsonl.gz manifests")
+    for key, names in (
+        ("audio", AUDIO_COLUMNS),
+        ("text", TEXT_COLUMNS),
+        ("speaker", SPEAKER_COLUMNS),
+        ("split", SPLIT_COLUMNS),
+    ):
+        table.add_argument(f"--{key}-column", metavar="NAME", help=f"default: the first of {', '.join(names)}")
+    table.add_argument(
+        "--audio-root", metavar="DIR", help="audio paths are relative to this (default: the table's folder)"
+    )
+    table.add_argument(
+        "--split", default="all", metavar="NAME", help="the split of every row of a table without a split column"
+    )
+    table.set_defaults(func=prepare_command)
     return p
