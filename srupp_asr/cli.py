@@ -20,7 +20,10 @@ from srupp_asr.interrupts import Terminated, sigterm_raises
 # command -> (module with its add_parser, one-line help shown by `srupp-asr --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("srupp_asr.cli", "show versions and which recurrence backends work here"),
-    "prepare": ("srupp_asr.prepare", "import a Kaldi data dir or NeMo manifest as a lhotse cut manifest"),
+    "prepare": (
+        "srupp_asr.prepare",
+        "import a Kaldi data dir, NeMo manifest or table of transcripts as lhotse cut manifests",
+    ),
     "corpus": ("srupp_asr.corpora", "download and prepare LibriSpeech, TED-LIUM 3 and AISHELL-1 for the recipes"),
     "cmvn": ("srupp_asr.frontend", "compute global CMVN statistics of a cut manifest"),
     "tokenizer": ("srupp_asr.tokenizer", "train a sentencepiece tokenizer on transcripts"),
