@@ -691,7 +691,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("inputs", nargs="*", metavar="AUDIO", help="audio files, directories (recursive) or @LIST files")
     p.add_argument("--list", action="append", metavar="LIST", help="a text file of inputs, one per line")
-    p.add_argument("--model", metavar="DIR", help="model directory (default: the built-in model, see README)")
+    p.add_argument("--model", metavar="DIR", help="model directory (default: the built-in model, see docs/cli.md)")
     p.add_argument(
         "-f",
         "--output-format",

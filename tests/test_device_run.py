@@ -4,7 +4,7 @@ Fast: usage and unknown jobs are one-line errors with exit status 2, `wait` repo
 finished (exit 0, its RESULTS.md printed), `collect` copies what the job left, the job waits for a model a later
 call brings, and the script passes shellcheck. lease_tree.sh (in a clone) sizes what a call sends, and hides and
 restores the committed default model.
-Slow (``-m slow``, a few minutes): the default-model job end to end on the CPU on a tiny corpus, as the README's
+Slow (``-m slow``, a few minutes): the default-model job end to end on the CPU on a tiny corpus, as docs/recipes.md's
 dry run: its model directory is float16 shards that ``srupp-asr transcribe`` loads.
 """
 

@@ -339,7 +339,7 @@ def test_conformer_trains_on_a_batch_with_a_single_real_frame(lengths):
 @pytest.mark.parametrize(
     ("config", "vocab", "millions"),
     [
-        ("librispeech_srupp.yaml", 5000, 115.2),  # README and the config's comment
+        ("librispeech_srupp.yaml", 5000, 115.2),  # docs/recipes.md and the config's comment
         ("librispeech_conformer.yaml", 5000, 113.0),
         ("synth_en_gpu.yaml", 256, 15.8),  # the built-in default model
         ("synth_en_cpu.yaml", 256, 2.3),

@@ -1,5 +1,5 @@
 """The commands the documentation shows exist as written: every ``srupp-asr`` command, recipe and benchmark
-option in a shell block of the README, the recipes' READMEs and RESULTS files, benchmarks/RESULTS.md and
+option in a shell block of the README, docs/*.md, the recipes' READMEs and RESULTS files, benchmarks/RESULTS.md and
 RELIABILITY.md is one the program accepts. A renamed or removed option then fails here, not in a reader's shell.
 
 Only the names are checked (sub-commands and ``--options``), not the values: the examples use placeholders.
@@ -24,6 +24,7 @@ DOCS = sorted(
     [
         REPO / "README.md",
         REPO / "RELIABILITY.md",
+        *REPO.glob("docs/*.md"),
         REPO / "benchmarks" / "RESULTS.md",
         *REPO.glob("recipes/*/README.md"),
         *REPO.glob("recipes/*/RESULTS.md"),
@@ -147,10 +148,50 @@ def test_every_documented_command_and_option_exists(doc):
     assert not problems, f"{doc.relative_to(REPO)}:\n" + "\n".join(dict.fromkeys(problems))
 
 
-def test_the_readme_shows_every_command():
-    """Each sub-command appears in a README example, and the checker finds them (it cannot pass vacuously)."""
-    shown = {words[0] for program, words in commands(REPO / "README.md") if program == "srupp-asr" and words}
-    assert set(COMMANDS) <= shown, f"not shown in a README shell block: {sorted(set(COMMANDS) - shown)}"
+def test_the_docs_show_every_command():
+    """Each sub-command appears in an example of the README or docs/, and the checker finds them (it cannot pass
+    vacuously); the README itself shows the first steps: transcribe, and the pipeline of training on one's own data."""
+    shown = {
+        words[0]
+        for doc in [REPO / "README.md", *REPO.glob("docs/*.md")]
+        for program, words in commands(doc)
+        if program == "srupp-asr" and words
+    }
+    assert set(COMMANDS) <= shown, f"not shown in a shell block of the README or docs/: {sorted(set(COMMANDS) - shown)}"
+    in_readme = {words[0] for program, words in commands(REPO / "README.md") if program == "srupp-asr" and words}
+    first_steps = {"transcribe", "prepare", "tokenizer", "cmvn", "train", "average", "evaluate"}
+    assert first_steps <= in_readme, f"not in the README: {sorted(first_steps - in_readme)}"
+
+
+def test_the_readme_is_short_and_its_links_resolve():
+    """The README stays a front door (<= 200 lines); every relative link of the README and docs/ names a file that
+    exists, and every #anchor a heading of that file (GitHub's slugs)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    problems = []
+    for doc in [REPO / "README.md", *REPO.glob("docs/*.md")]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            if not file.exists():
+                problems.append(f"{doc.name}: {target}: no such file")
+            elif anchor and file.suffix == ".md" and anchor not in heading_slugs(file):
+                problems.append(f"{doc.name}: {target}: no such heading")
+    assert not problems, "\n".join(problems)
+
+
+def heading_slugs(doc: Path) -> set[str]:
+    """GitHub's anchors of the headings of markdown ``doc`` (lower case, punctuation dropped, spaces as '-')."""
+    slugs = set()
+    fence = False
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if line.strip().startswith("```"):
+            fence = not fence
+        elif not fence and (m := re.match(r"#+ (.*)", line)):
+            slugs.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return slugs
 
 
 def test_the_checker_catches_a_misspelt_option_command_and_script():
