@@ -50,6 +50,8 @@ def _decode_cut(item: tuple[str, str, np.ndarray]) -> tuple[str, str]:
 def _cut_items(cuts):
     for cut in cuts:
         sup = cut.supervisions[0]
+        if cut.sampling_rate != 16000:  # the en-us model is for 16 kHz; real corpora come at 8 or 22.05 kHz
+            cut = cut.resample(16000)
         yield cut.id, (sup.speaker or "unknown").replace("-", "_"), cut.load_audio()[0]
 
 
