@@ -8,6 +8,13 @@ written; the leftover ``.partial`` file matches no pattern Lightning (``--ckpt_p
 looks for, and the next save in that directory removes it. Lightning's own writer builds the file in the system
 temporary directory and moves it, which is a copy (not atomic) when that is another file system.
 
+:func:`model_checkpoint_class` is the ``ModelCheckpoint`` ``srupp-asr train`` configures (its ``checkpoint`` block):
+Lightning's, except that a resumed run knows the monitored metric's value at the checkpoint it resumes from.
+Lightning defers a step checkpoint (``every_n_train_steps``) until the monitored metric (``valid/loss``) has been
+logged, and a resumed run has logged none until its first validation: resumed in mid-epoch, it saved nothing
+until then (or, without another validation, only a ``last`` at the end), so a second kill lost everything since
+the resume.
+
 Reading (:func:`load_checkpoint` and the plugin's ``load_checkpoint``) always uses ``torch.load(weights_only=True)``:
 a checkpoint from a stranger cannot run code, and a truncated or corrupt one is a one-line
 :class:`~srupp_asr.errors.UserError` naming the file.
@@ -16,6 +23,7 @@ a checkpoint from a stranger cannot run code, and a truncated or corrupt one is 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import pickle
@@ -65,6 +73,50 @@ def remove_partials(folder: str | os.PathLike, keep: Path | None = None) -> list
                 stale.unlink()
                 removed.append(stale)
     return removed
+
+
+MONITOR_VALUE_KEY = "monitor_value"  # in a ModelCheckpoint's saved state: the monitored metric's value at the save
+
+
+@functools.cache
+def model_checkpoint_class() -> type:
+    """Lightning's ``ModelCheckpoint`` that also saves, and restores on resume, the monitored metric's latest value.
+
+    Defined on first use (importing ``lightning.pytorch`` is slow and most commands never train). Its state key
+    is Lightning's (``ModelCheckpoint{...}``), so checkpoints of either class resume and ``average`` reads both.
+    """
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    class ResumableModelCheckpoint(ModelCheckpoint):
+        """``ModelCheckpoint`` whose step checkpoints go on after a resume (see the module's docstring)."""
+
+        _resumed_value: torch.Tensor | None = None
+
+        def _generate_state_key(self, **kwargs: Any) -> str:
+            return f"ModelCheckpoint{kwargs!r}"
+
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+            """Store the monitored metric's current value (the last validation's) beside Lightning's state."""
+            state = checkpoint.get("callbacks", {}).get(self.state_key)
+            value = self._monitor_candidates(trainer).get(self.monitor) if self.monitor else None
+            if isinstance(state, dict) and isinstance(value, torch.Tensor):
+                state[MONITOR_VALUE_KEY] = value.detach().cpu().clone()
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            super().load_state_dict(state_dict)
+            value = state_dict.get(MONITOR_VALUE_KEY)
+            same = state_dict.get("monitor") == self.monitor and state_dict.get("dirpath", self.dirpath) == self.dirpath
+            self._resumed_value = value if same and isinstance(value, torch.Tensor) else None
+
+        def _monitor_candidates(self, trainer) -> dict[str, torch.Tensor]:
+            """Lightning's, plus the resumed value of the monitored metric until this run logs it."""
+            candidates = super()._monitor_candidates(trainer)
+            if self.monitor and self.monitor not in candidates and self._resumed_value is not None:
+                candidates[self.monitor] = self._resumed_value
+            return candidates
+
+    ResumableModelCheckpoint.__qualname__ = ResumableModelCheckpoint.__name__
+    return ResumableModelCheckpoint
 
 
 class AtomicCheckpointIO(CheckpointIO):

@@ -264,8 +264,9 @@ def stop_checkpoint_class() -> type:
 def asr_lightning_cli() -> type[LightningCLI]:
     """The ``ASRLightningCLI`` class, defined on first use: registering ``train`` must not import Lightning."""
     from lightning.pytorch import Trainer
-    from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+    from srupp_asr.checkpoints import model_checkpoint_class
 
     class ASRLightningCLI(LightningCLI):
         """LightningCLI with the tokenizer link, a configurable ModelCheckpoint and default loggers."""
@@ -278,7 +279,7 @@ def asr_lightning_cli() -> type[LightningCLI]:
         def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
             """Link data.tokenizer -> model.tokenizer; add the ``checkpoint`` block."""
             parser.link_arguments("data.tokenizer", "model.tokenizer")
-            parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+            parser.add_lightning_class_args(model_checkpoint_class(), "checkpoint")
             parser.set_defaults(CHECKPOINT_DEFAULTS)
             parser.link_arguments("trainer.default_root_dir", "checkpoint.dirpath", compute_fn=checkpoint_dir)
 

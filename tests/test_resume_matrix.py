@@ -16,6 +16,7 @@ import random
 import signal
 from pathlib import Path
 
+import lightning as L
 import numpy as np
 import pytest
 import soundfile as sf
@@ -247,3 +248,58 @@ def test_the_count_of_non_finite_losses_in_a_row_survives_a_resume(corpus):
     assert resumed.nonfinite_skipped == 3
     with pytest.raises(RuntimeError, match="not finite for 4 batches in a row"):
         resumed._count_nonfinite()
+
+
+# ------------------------------------------------------------------------------------------ periodic checkpoints
+
+
+class RecordSaves(L.Callback):
+    """Appends the global step of every checkpoint the run saves to ``out`` (one number a line)."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict) -> None:
+        with open(self.out, "a") as f:
+            f.write(f"{checkpoint['global_step']}\n")
+
+
+def saved_steps(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.parametrize("how", ["last", "copy"])
+def test_periodic_checkpoints_go_on_after_a_mid_epoch_resume(corpus, overrides, tmp_path, how):
+    """Resumed from a step checkpoint (``--ckpt_path last`` after a kill, or a plain copy of a good checkpoint),
+    a run with ``every_n_train_steps`` went on without saving until training ended, and then as ``last-v1.ckpt``:
+    a second kill lost everything since the resume."""
+    every, kill_at, total = 2, 8, 16  # the first validation (at epoch 0's end, step 6) comes before the kill
+    root = tmp_path / "exp"
+    record = ["--trainer.callbacks+=tests.test_resume_matrix.RecordSaves"]
+    first = [
+        *run_args(corpus, root, tmp_path / "w1", overrides, total, every),
+        "--checkpoint.monitor=valid/loss",  # as the recipes: top-k by validation loss, saved every `every` steps
+        "--checkpoint.save_top_k=-1",
+        "--trainer.limit_val_batches=2",
+    ]
+    kill = ["--trainer.callbacks+=tests.test_training_acceptance.KillAtStep", f"--trainer.callbacks.step={kill_at}"]
+    srupp_asr_train(
+        [*first, *kill, *record, f"--trainer.callbacks.out={tmp_path / 'first.txt'}"],
+        expect_returncode=-signal.SIGKILL,
+    )
+    assert saved_steps(tmp_path / "first.txt")[-1] == kill_at
+    ckpt = "last"
+    if how == "copy":
+        ckpt = str(tmp_path / "copy.ckpt")
+        (tmp_path / "copy.ckpt").write_bytes((root / "checkpoints" / "last.ckpt").read_bytes())
+    resume = [*first, *record, f"--trainer.callbacks.out={tmp_path / 'resumed.txt'}", f"--ckpt_path={ckpt}"]
+    srupp_asr_train(resume)
+    steps = saved_steps(tmp_path / "resumed.txt")
+    assert [s for s in range(kill_at + every, total + 1, every) if s not in steps] == [], steps
+    scores = load_checkpoint(root / "checkpoints" / "last.ckpt")["callbacks"]
+    state = next(v for k, v in scores.items() if k.startswith("ModelCheckpoint{"))  # Lightning's key: average reads it
+    kept = {load_checkpoint(p)["global_step"] for p in state["best_k_models"]}
+    assert kept >= set(range(kill_at, total + 1, every)), kept  # the resumed run's step checkpoints are scored
+    names = sorted(p.name for p in (root / "checkpoints").glob("*.ckpt"))
+    assert not [n for n in names if "-v1" in n], names
+    assert load_checkpoint(root / "checkpoints" / "last.ckpt")["global_step"] == total
