@@ -16,7 +16,10 @@ budget (``--minutes``; each run alone on the machine, one after the other). Then
   (no chunking; the encoder sees the whole recording, as the paper's long-form test) and in 30 s chunks
   (``--max-chunk-seconds 30``), in a fresh process capped at ``--max-memory-gb`` of address space, so a model
   that cannot hold a recording fails with an allocation error (reported) instead of swapping the machine.
-  The models were trained on single utterances (2-25 s) only.
+  The models were trained on single utterances (2-25 s) only;
+- real human speech (``--real-dev DIR``, default ``../shared/data/real_en`` when present, skipped with a note when
+  not): WER of each model on the real dev sets with joint CTC/attention decoding, beside pocketsphinx
+  (``benchmarks/real_speech.py``).
 
 Prints the tables, writes them with the commands to ``--out`` (default ``benchmarks/RESULTS.md``, the section
 between its ``compare_encoders`` markers), and PNG plots (WER vs length, dev WER vs training time) beside it.
@@ -46,6 +49,7 @@ from types import SimpleNamespace
 import numpy as np
 import soundfile as sf
 import yaml
+from real_speech import find_real_dev, real_dev_table, skip_note
 from train_throughput import MAX_SPREAD, Size, count_params, match_width
 from transcribe_memory import measure
 
@@ -307,7 +311,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     p.add_argument("--device", default="cpu", help="decoding device: cpu or cuda (the config says where to train)")
     p.add_argument("--presets", choices=list(PRESETS), default="cpu", help="conformer/blstm shapes (see PRESETS)")
+    p.add_argument("--real-dev", type=Path, help="real speech folder (default: ../shared/data/real_en when present)")
     args = p.parse_args()
+    real_dev = find_real_dev(args.real_dev)
     from srupp_asr.tokenizer import Tokenizer
 
     base = yaml.safe_load(args.config.read_text())
@@ -381,6 +387,12 @@ def main() -> None:
                     else f"{_rate(r['wer'])} / {r['rtf']:.3f} / {r['rss']:.0f}"
                 )
             lines.append(f"| {name} | {how} | " + " | ".join(cells) + " |")
+    if real_dev is None:
+        lines += ["", skip_note("compare_encoders: real speech")]
+    else:
+        models = {name: args.exp / name / "model" for name in args.encoders}
+        lines += ["", f"Real human speech ({_shown(real_dev)}, dev splits; joint decoding, beam 10 as above):", ""]
+        lines += real_dev_table(real_dev, args.exp / "real_dev", models, decoding="joint", device=args.device)
     where = f"{os.cpu_count()} CPU cores" if args.device == "cpu" else _machine(args.device)
     pngs = plots(trained, long_results, args.lengths, args.out.parent, where)
     lines += ["", *[f"![{png}]({png})" for png in pngs]]
