@@ -310,6 +310,72 @@ class AudioReader:
         self.close()
 
 
+# Integer sample types and their full scale (a 16-bit recording as numpy gives it: int16, +-32768).
+_INTEGER_SCALES = {"int8": 128.0, "int16": 32768.0, "int32": 2147483648.0}
+
+
+class SamplesReader:
+    """Samples already in memory (a numpy array or torch tensor) read like :class:`AudioReader` reads a file: the
+    same mono 16 kHz float32 waveform (:func:`prepare_waveform`), the same checks, the same one-line errors naming
+    ``name``. ``samples`` is (samples,) or (channels, samples), float in [-1, 1] or int8/int16/int32 at full scale,
+    at ``sample_rate`` Hz (required: a wrong rate gives a wrong transcript, so it is never assumed)."""
+
+    def __init__(
+        self, samples: object, sample_rate: int | None, name: str = "samples", target_rate: int = SAMPLE_RATE
+    ) -> None:
+        self.path = name
+        self.sample_rate = target_rate
+        if sample_rate is None:
+            raise UserError(f"{name}: audio given as samples needs its sample_rate (e.g. sample_rate=16000)")
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int | np.integer):
+            raise UserError(f"{name}: sample_rate must be a whole number of Hz, got {sample_rate!r}")
+        if sample_rate < MIN_FILE_RATE:
+            raise UserError(f"{name}: sample_rate {sample_rate} Hz is below {MIN_FILE_RATE} Hz (not speech)")
+        data = samples.detach().cpu().numpy() if isinstance(samples, torch.Tensor) else np.asarray(samples)
+        if data.dtype.name in _INTEGER_SCALES:
+            data = data.astype(np.float32) / _INTEGER_SCALES[data.dtype.name]
+        elif data.dtype.kind != "f":
+            raise UserError(f"{name}: samples must be float or int8/int16/int32, got {data.dtype}")
+        if data.ndim == 2 and data.shape[0] > data.shape[1]:
+            raise UserError(
+                f"{name}: samples of shape {data.shape} look like (samples, channels); give (channels, samples): "
+                "samples.T"
+            )
+        if data.ndim not in (1, 2):
+            raise UserError(f"{name}: samples must be (samples,) or (channels, samples), got shape {data.shape}")
+        if data.size == 0:
+            raise UserError(f"{name}: holds no audio samples")
+        if not np.isfinite(data).all():
+            raise UserError(f"{name}: not usable audio (it holds NaN or infinite samples)")
+        self.file_rate, self.channels = int(sample_rate), 1 if data.ndim == 1 else data.shape[0]
+        self.peak = float(np.abs(data).max())
+        self._wav = prepare_waveform(data, self.file_rate, target_rate)
+        self.num_samples: int = self._wav.numel()
+
+    duration = AudioReader.duration
+    level_warning = AudioReader.level_warning
+    blocks = AudioReader.blocks
+
+    def read(self, start: int, end: int) -> torch.Tensor:
+        """Samples ``[start, end)`` of the 16 kHz waveform (a copy: the caller may change it)."""
+        start, end = max(0, start), min(end, self.num_samples)
+        return self._wav[start:end].clone() if end > start else torch.zeros(0)
+
+    def close(self) -> None:
+        """Nothing to close (the samples stay readable)."""
+
+    def __enter__(self) -> SamplesReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def is_samples(audio: object) -> bool:
+    """Whether ``audio`` is samples in memory (a numpy array or torch tensor) rather than a path or a list."""
+    return isinstance(audio, np.ndarray | torch.Tensor)
+
+
 def _declared_more(declared: int, present: int) -> str:
     """The reason given for a file whose header declares more bytes of audio than it holds."""
     return f"its header declares {declared} bytes of audio, the file holds {present}"

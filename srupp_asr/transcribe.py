@@ -57,6 +57,7 @@ from srupp_asr.writers import (
 if TYPE_CHECKING:
     import torch
 
+    from srupp_asr.api import Model
     from srupp_asr.audio import AudioReader
     from srupp_asr.decoding import DecodingOptions, Hypothesis
     from srupp_asr.lm import SRUppLM
@@ -207,6 +208,14 @@ class _Job:
     name: str
     num_samples: int = 0
     warning: str | None = None
+    samples: Any = None  # a SamplesReader when the audio was given as samples, not a file
+
+
+def _open(job: _Job) -> Any:
+    """A reader of ``job``'s audio at 16 kHz: its samples in memory, or its file (:class:`AudioReader`)."""
+    from srupp_asr.audio import AudioReader
+
+    return job.samples if job.samples is not None else AudioReader(job.path)
 
 
 class _Transcriber:
@@ -288,9 +297,7 @@ class _Transcriber:
 
     def load(self, job: _Job) -> torch.Tensor:
         """The whole waveform of ``job``'s file (as :func:`srupp_asr.audio.load_audio`), noting its level warning."""
-        from srupp_asr.audio import AudioReader
-
-        with AudioReader(job.path, self.rate) as reader:
+        with _open(job) as reader:
             wav = reader.read(0, reader.num_samples)
             job.warning = reader.level_warning()
         return wav
@@ -336,10 +343,9 @@ class _Transcriber:
     def run_long(self, job: _Job, progress: Callable[[float], None]) -> Transcript:
         """Transcript of a recording decoded chunk by chunk, read from disk one chunk at a time."""
         from srupp_asr import longform
-        from srupp_asr.audio import AudioReader
 
         begin = time.perf_counter()
-        with AudioReader(job.path) as reader:
+        with _open(job) as reader:
             chunks, silences = self.plan(reader)
             spans = [c.seconds(self.rate) for c in chunks]
             words, texts, end = [], [], 0
@@ -367,9 +373,10 @@ class _Transcriber:
 
 
 def transcribe(
-    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    model: str | os.PathLike[str] | None = None,
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Any,
+    model: str | os.PathLike[str] | Model | None = None,
     *,
+    sample_rate: int | None = None,
     output_dir: str | os.PathLike[str] | None = None,
     output_format: str | Sequence[str] = "txt",
     device: str = "auto",
@@ -394,6 +401,11 @@ def transcribe(
     """Transcribe audio files (or directories, or ``@LIST`` files) with a model directory (default: the built-in
     model); returns the transcripts of the files that could be read, in input order.
 
+    ``inputs`` may instead be samples in memory: a numpy array or torch tensor ((samples,) or (channels, samples))
+    or a list of them, at ``sample_rate`` Hz; their transcripts' ``path`` is ``samples-1``, ``samples-2``, ...
+    ``model`` may be a model loaded once by :func:`srupp_asr.load_model` (then ``device`` and ``threads`` are
+    its own).
+
     ``output_dir`` set: each transcript is also written there as ``<stem>.<format>`` for each of ``output_format``
     (``"txt,srt"``, ``"all"``, or a list), atomically. ``decoding``, ``beam``, ``ctc_weight`` and
     ``length_penalty`` are :class:`srupp_asr.decoding.DecodingOptions` (None: its default); ``lm`` an LM directory
@@ -406,15 +418,15 @@ def transcribe(
     import torch
     from tqdm import tqdm
 
-    from srupp_asr.audio import AudioReader
-    from srupp_asr.model_dir import load_model
+    from srupp_asr.api import Model, samples_readers
 
     formats = parse_formats(output_format)
     if chunk_overlap is None:
         chunk_overlap = min(CHUNK_OVERLAP, max_chunk_seconds / 4)
     _check_settings(batch_size, threads, max_chunk_seconds, chunk_overlap, max_segment_words, segment_pause)
     options = decoding_options(decoding, beam, ctc_weight, length_penalty, lm, lm_weight)
-    if isinstance(inputs, str | os.PathLike):
+    given = samples_readers(inputs, sample_rate)  # None: inputs are paths
+    if given is None and isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
 
     def report(message: str) -> None:
@@ -422,22 +434,22 @@ def transcribe(
             raise UserError(message)
         on_error(message)
 
-    files, problems = find_inputs(inputs)
+    readers = given[0] if given is not None else []
+    files, problems = ([r.path for r in readers], given[1]) if given is not None else find_inputs(inputs)
     for message in problems:
         report(message)
     if not files:
         return []
-    model_dir = Path(model) if model is not None else default_model_dir()
     if threads:
         torch.set_num_threads(threads)
-    net, tokenizer = load_model(model_dir, resolve_device(device))
-    fusion_lm = load_fusion_lm(lm, tokenizer, resolve_device(device)) if lm is not None else None
+    loaded = model if isinstance(model, Model) else Model.load(model, device)
+    fusion_lm = load_fusion_lm(lm, loaded.tokenizer, str(loaded.device)) if lm is not None else None
     worker = _Transcriber(
-        net,
-        tokenizer,
+        loaded.net,
+        loaded.tokenizer,
         options,
         fusion_lm,
-        str(model_dir),
+        loaded.model_dir,
         max_chunk_seconds,
         chunk_overlap,
         vad,
@@ -446,6 +458,8 @@ def transcribe(
     )
 
     jobs = [_Job(i, path, name) for i, (path, name) in enumerate(zip(files, output_names(files), strict=True))]
+    for job, reader in zip(jobs, readers, strict=False):
+        job.samples = reader
     in_order = _InOrder(on_transcript)
 
     def finish(job: _Job, transcript: Transcript | None) -> None:
@@ -465,7 +479,7 @@ def transcribe(
     readable: list[_Job] = []
     for job in jobs:
         try:
-            with AudioReader(job.path) as reader:
+            with _open(job) as reader:
                 job.num_samples = reader.num_samples
             readable.append(job)
         except UserError as err:

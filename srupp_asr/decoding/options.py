@@ -73,6 +73,11 @@ class Word:
     end: float
     confidence: float
 
+    @property
+    def word(self) -> str:
+        """The word's text under the name the JSON output (and whisper) gives it: ``word``."""
+        return self.text
+
 
 @dataclass
 class Hypothesis:
