@@ -108,6 +108,11 @@ def model_checkpoint_class() -> type:
             same = state_dict.get("monitor") == self.monitor and state_dict.get("dirpath", self.dirpath) == self.dirpath
             self._resumed_value = value if same and isinstance(value, torch.Tensor) else None
 
+        def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+            """The checkpoint resumed from was saved at its step: do not save that step again (the resumed run
+            re-enters the end of an epoch whose last step it holds, and would write ``...-v1.ckpt`` beside it)."""
+            self._last_global_step_saved = int(checkpoint.get("global_step", 0))
+
         def _monitor_candidates(self, trainer) -> dict[str, torch.Tensor]:
             """Lightning's, plus the resumed value of the monitored metric until this run logs it."""
             candidates = super()._monitor_candidates(trainer)

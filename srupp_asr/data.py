@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import random
+import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
@@ -32,7 +33,7 @@ from lhotse.utils import fastcopy
 from srupp_asr.audio import SAMPLE_RATE, prepare_waveform, resampling_rate  # other rates: resampled on the fly
 from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_output
+from srupp_asr.fileio import atomic_output, check_regular_file, file_kind
 from srupp_asr.manifest_check import check_cuts, check_cuts_manifest
 from srupp_asr.text import normalize_text
 from srupp_asr.tokenizer import Tokenizer
@@ -54,8 +55,7 @@ def load_cuts(
     reads only the texts may allow them: nothing runs). Manifests in other formats than ``.jsonl[.gz]`` are
     checked cut by cut after loading. ``check=False`` skips the check (the caller has made its own)."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: cut manifest not found")
+    check_regular_file(path, "cut manifest")  # a named pipe would be waited on for ever
     jsonl = path.name.endswith(_CUT_SUFFIXES)
     if check and jsonl:
         check_cuts_manifest(path, None, allow_command_sources)
@@ -79,7 +79,17 @@ def load_cuts(
 
 
 def load_cut_audio(cut: Cut) -> np.ndarray:
-    """A cut's samples as lhotse loads them; any failure is a one-line ``UserError`` naming the audio and the cut."""
+    """A cut's samples as lhotse loads them; any failure is a one-line ``UserError`` naming the audio and the cut.
+    An audio file that is not a regular file (a named pipe, which opening waits on for ever; a device such as
+    ``/dev/zero``, which never ends) is refused before it is opened, as ``transcribe`` refuses it."""
+    for where in _file_sources(cut):
+        try:
+            info = os.stat(where)
+        except OSError:
+            continue  # missing or unreadable: lhotse's error below says so
+        if not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
+            kind = file_kind(info.st_mode)
+            raise UserError(f"{where}: cut {cut.id}: not a readable audio file (not a regular file: {kind})")
     try:
         return _with_shared_resampling(cut).load_audio()
     except Exception as err:  # any decoder, command or file error
@@ -113,6 +123,17 @@ def _shared_resample(transform: AudioTransform | dict) -> AudioTransform | dict:
     source, target = parsed.source_sampling_rate, parsed.target_sampling_rate
     used = resampling_rate(source, target)
     return transform if used == source else Resample(source_sampling_rate=used, target_sampling_rate=target)
+
+
+def _file_sources(cut: Cut) -> Iterator[str]:
+    """The paths of a cut's ``file`` audio sources (a MixedCut's tracks' too)."""
+    if isinstance(cut, MixedCut):
+        for track in cut.tracks:
+            yield from _file_sources(track.cut)
+        return
+    for source in getattr(getattr(cut, "recording", None), "sources", None) or []:
+        if source.type == "file" and isinstance(source.source, str):
+            yield source.source
 
 
 def _first_source(cut: Cut):

@@ -145,6 +145,31 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words (``a pipe``, ``a device``, ...)."""
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a plain file"
+
+
+def check_regular_file(path: str | os.PathLike, what: str = "file") -> None:
+    """A one-line UserError naming ``path`` unless it is a regular file (symbolic links followed). Checked
+    without opening it: opening a named pipe waits for a writer, for ever if none comes, and a device such as
+    ``/dev/zero`` never ends."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise UserError(f"{path}: {what} not found") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read {what} ({err.strerror or err})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UserError(f"{path}: is a directory, not a {what}")
+    if not stat.S_ISREG(info.st_mode):
+        raise UserError(f"{path}: {what} is not a regular file ({file_kind(info.st_mode)}; save it to a file)")
+
+
 def read_text(path: str | os.PathLike, what: str = "file") -> str:
     """Read a UTF-8 text file; every problem is a one-line UserError naming ``path``."""
     try:
@@ -159,17 +184,27 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise UserError(f"{path}: {what} is not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
-def read_lines(path: str | os.PathLike, what: str = "file") -> list[str]:
+def read_lines(path: str | os.PathLike, what: str = "file", max_bytes: int | None = None) -> list[str]:
     """The lines of a UTF-8 text file, as Kaldi, NeMo, sclite and shells read them: a byte-order mark at the start
     (Windows editors write one) is not text, and lines end at ``\\n`` or ``\\r\\n`` only (``str.splitlines``
     would also split a line at U+2028, U+0085 or a form feed, which JSON written with ``ensure_ascii=False`` and
     file names may hold). A last line ending in a newline adds no empty line after it. Every problem is a one-line
-    UserError naming ``path``; bytes that are not UTF-8 name their line too."""
+    UserError naming ``path``; bytes that are not UTF-8 name their line too.
+
+    ``max_bytes`` bounds what is read (a file holding more is a UserError, read no further): with it a pipe
+    (``@<(find ...)``) may be read, and an endless one (``/dev/zero``) ends at the bound instead of in a
+    MemoryError."""
     try:
-        raw = Path(path).read_bytes()
+        if max_bytes is None:
+            raw = Path(path).read_bytes()
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(max_bytes + 1)
     except OSError:
         read_text(path, what)  # raises the one-line error that says what is wrong
         raise
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise UserError(f"{path}: {what} holds more than {max_bytes / 2**20:g} MiB (the most this reads)")
     start = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
     try:
         text = raw[start:].decode("utf-8")

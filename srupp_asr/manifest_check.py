@@ -21,11 +21,13 @@ import gzip
 import json
 import math
 import os
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from srupp_asr.errors import UserError, first_line
+from srupp_asr.fileio import check_regular_file
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a cut line longer than this is not a cut (a hostile or broken file)
 _SOURCE_TYPES = ("file", "command", "url", "memory", "shar")
@@ -213,8 +215,7 @@ def check_cuts_manifest(
     ``audio_roots``: directories the audio files must lie in (None: anywhere). Raises one UserError
     ``"PATH:LINE: problem (and N more problems)"`` for the first problem found."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: cut manifest not found")
+    check_regular_file(path, "cut manifest")
     roots = None if audio_roots is None else [Path(os.path.realpath(r)) for r in audio_roots]
     checker = _Checker(roots, allow_command_sources)
     count = 0
@@ -222,7 +223,7 @@ def check_cuts_manifest(
         for number, raw in _lines(path):
             count += 1
             checker.line(number, raw)
-    except (OSError, EOFError, gzip.BadGzipFile) as err:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as err:  # zlib.error: a bit flipped in the data
         raise UserError(f"{path}: cannot read the manifest ({first_line(err)})") from None
     _raise_first(checker, path)
     if count == 0:

@@ -28,7 +28,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_output
+from srupp_asr.fileio import atomic_output, check_regular_file
 from srupp_asr.text import normalize_text
 
 BLANK = "<blank>"
@@ -190,6 +190,8 @@ def texts_from_sources(cuts: Sequence[str], text_files: Sequence[str]) -> Iterat
                 if sup.text:
                     yield sup.text
     for path in text_files:
+        if os.path.lexists(path):  # a named pipe would be waited on for ever (a missing file: open's error below)
+            check_regular_file(path, "text file")
         try:
             with open(path, encoding="utf-8") as f:
                 yield from f

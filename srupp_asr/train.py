@@ -1,7 +1,8 @@
 """``srupp-asr train``: LightningCLI over :class:`ASRLightningModule` and :class:`ASRDataModule`.
 
 Everything after ``train`` goes to LightningCLI: a subcommand (``fit``, ``validate``), ``--config`` YAML files
-(see ``conf/``) and overrides of any option, e.g.::
+(a path, or the name of a config shipped in ``conf/``: ``--config tiny_cpu``, see :mod:`srupp_asr.configs`) and
+overrides of any option, e.g.::
 
     srupp-asr train fit --config conf/train_srupp.yaml --trainer.max_steps 100 --model.lr 0.002
     srupp-asr train fit --config conf/train_srupp.yaml --ckpt_path last      # resume
@@ -22,7 +23,8 @@ Added to what LightningCLI offers:
 - without a ``trainer.logger``, logs go to ``<trainer.default_root_dir>/csv`` (CSVLogger) and, when tensorboard
   is installed, ``<trainer.default_root_dir>/tensorboard``; the resolved config is saved beside them;
 - ``fit`` holds a lock on ``<trainer.default_root_dir>/.train.lock``: a second ``fit`` into the same folder while
-  one runs is refused (their checkpoints would mix);
+  one runs is refused (their checkpoints would mix); a fresh ``fit`` (no ``--ckpt_path``) into a folder holding an
+  earlier run's checkpoints is refused too, unless ``--overwrite true`` (which deletes them);
 - SIGTERM (``kill``, a scheduler's stop) or a first Ctrl-C ends training after the current step (or validation
   batch): :class:`StopCheckpoint` saves the last checkpoint there and the command exits with status 143 (130 for
   Ctrl-C), so ``--ckpt_path last`` goes on from that step; a second Ctrl-C stops at once, saving nothing.
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srupp_asr.checks import ConfigValueError
+from srupp_asr.configs import resolve_config_args
 from srupp_asr.errors import UserError, first_line
 from srupp_asr.fileio import LockHeld, read_yaml_mapping, take_pid_lock
 from srupp_asr.interrupts import EXIT_STATUS, INTERRUPTED_STATUS, Terminated, defer_sigint, defer_sigterm
@@ -63,6 +66,7 @@ CHECKPOINT_DEFAULTS = {
 CKPT_PATH_NAMES = ("last", "best", "hpc")  # what Lightning resolves itself (and "registry[:...]")
 LOCK_FILE = ".train.lock"  # in default_root_dir, held by a running fit
 _held_locks: list[int] = []  # file descriptors of the locks this process holds (released when run_train returns)
+_PARSERS: list[Any] = []  # the parsers LightningCLI built in this process (their option names)
 _stop_saved: dict[str, Any] = {}  # StopCheckpoint's stop: {"reason": "SIGTERM"|"Ctrl-C", "path": ..., "step": ...}
 
 
@@ -278,10 +282,18 @@ def asr_lightning_cli() -> type[LightningCLI]:
 
         def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
             """Link data.tokenizer -> model.tokenizer; add the ``checkpoint`` block."""
+            _PARSERS.append(parser)  # its option names, for "did you mean" after an unknown option
             parser.link_arguments("data.tokenizer", "model.tokenizer")
             parser.add_lightning_class_args(model_checkpoint_class(), "checkpoint")
             parser.set_defaults(CHECKPOINT_DEFAULTS)
             parser.link_arguments("trainer.default_root_dir", "checkpoint.dirpath", compute_fn=checkpoint_dir)
+            parser.add_argument(
+                "--overwrite",
+                type=bool,
+                default=False,
+                help="fit: delete the checkpoints an earlier run left in trainer.default_root_dir and start afresh"
+                " (without it, a fresh fit into such a folder is refused: resume it with --ckpt_path last)",
+            )
 
         def before_instantiate_classes(self) -> None:
             """Refuse classes from untrusted modules, whatever named them (a file, the command line, a default)."""
@@ -300,6 +312,8 @@ def asr_lightning_cli() -> type[LightningCLI]:
             kwargs["plugins"] = with_atomic_checkpoints(kwargs.get("plugins", config.get("plugins")))
             if self.subcommand == "fit":
                 lock_run_dir(config.get("default_root_dir"))
+                if not self._get(self.config_init, "ckpt_path"):
+                    check_no_earlier_run(config.get("default_root_dir"), self._get(self.config_init, "overwrite"))
             try:
                 trainer = super().instantiate_trainer(**kwargs)
             except MisconfigurationException as err:  # Lightning's own check of a trainer option
@@ -331,6 +345,30 @@ def check_output_dir(default_root_dir: str | os.PathLike[str] | None) -> None:
         raise ConfigValueError("trainer.default_root_dir", f"cannot be created: {root}: {reason}") from None
     if not os.access(root, os.W_OK | os.X_OK):
         raise ConfigValueError("trainer.default_root_dir", f"is not writable: {root}")
+
+
+def check_no_earlier_run(default_root_dir: str | os.PathLike[str] | None, overwrite: bool) -> None:
+    """Before a fresh ``fit`` (no ``ckpt_path``): a UserError when ``<default_root_dir>/checkpoints`` holds the
+    checkpoints of an earlier run, or with ``overwrite`` delete them. (Lightning would write ``last-v1.ckpt`` and
+    ``...-v1.ckpt`` beside them, ``--ckpt_path last`` would then pick the new run's ``-v1``, and ``average`` would mix
+    both runs' checkpoints.) Rank 0 only, under the run folder's lock: the other ranks start into the same folder."""
+    from srupp_asr.checkpoints import PARTIAL_SUFFIX
+
+    if not _is_rank_zero():
+        return
+    folder = Path(checkpoint_dir(default_root_dir))
+    earlier = sorted(p for p in folder.glob("*.ckpt") if p.is_file() or p.is_symlink()) if folder.is_dir() else []
+    if not earlier:
+        return
+    if not overwrite:
+        names = ", ".join(p.name for p in earlier[:3]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")
+        raise UserError(
+            f"{folder}: holds the checkpoints of an earlier run ({names}); resume it with --ckpt_path last, or choose"
+            " another trainer.default_root_dir (--overwrite true deletes them)"
+        )
+    for path in [*earlier, *folder.glob(f".*{PARTIAL_SUFFIX}")]:
+        path.unlink(missing_ok=True)
+    log.warning("deleted %d checkpoint(s) of an earlier run in %s (--overwrite)", len(earlier), folder)
 
 
 def check_ckpt_path(ckpt_path: str | None) -> None:
@@ -367,7 +405,7 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
     from srupp_asr.data import ASRDataModule
     from srupp_asr.lightning_module import ASRLightningModule
 
-    argv = list(argv)
+    argv = resolve_config_args(argv)  # --config tiny_cpu: a shipped config by name, from any directory
     # sys.argv stays as it is (DDP's launcher re-runs it for the other ranks), so LightningCLI sees both.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
     configs = _config_paths(argv)
@@ -414,10 +452,22 @@ def _one_line(message: str, argv: Sequence[str], configs: Sequence[str]) -> str:
     """jsonargparse's (often multi-line) parse error as one line, naming the config files unless the option
     it names was given on the command line."""
     text = re.sub(r"\s+", " ", message).strip()
+    unknown = re.match(r"unrecognized arguments: (--[\w.-]+)", text)
+    if unknown:  # an override misspelt on the command line (a config file's unknown key is named differently)
+        return f"command line: unknown option {unknown[1]}{_did_you_mean(unknown[1])}"
     if len(text) > 300:
         text = text[:297] + "..."
     key = re.search(r"""(?:key|option) ["']([\w.]+)["']""", text)
     return f"{_source(key[1] if key else None, argv, configs)}: {text}"
+
+
+def _did_you_mean(option: str) -> str:
+    """`` (did you mean --model.lr?)`` for the nearest option of the parsers LightningCLI built, or ``""``."""
+    import difflib
+
+    known = {s for parser in _PARSERS for action in parser._actions for s in action.option_strings}
+    close = difflib.get_close_matches(option, sorted(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else " (see srupp-asr train fit --help)"
 
 
 def _source(key: str | None, argv: Sequence[str], configs: Sequence[str]) -> str:

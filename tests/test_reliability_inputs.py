@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -224,3 +225,59 @@ def test_trusted_modules_and_the_environment_extension(monkeypatch):
         check_trusted_classes({"a": {"b": [{}, {"class_path": "lightningx.Evil"}]}}, "c.yaml")
     monkeypatch.setenv(TRUSTED_CLASSES_ENV, "mine, other.pkg")
     check_trusted_classes({"a": {"class_path": "other.pkg.Thing"}, "b": {"class_path": "mine.X"}}, "c.yaml")
+
+
+def flipped_gzip(corpus_dir: Path, path: Path) -> Path:
+    """A ``.jsonl.gz`` of 200 cuts with one bit flipped inside the deflate stream (zlib, not the CRC, notices)."""
+    good = gzip.compress("".join(json.dumps(cut(corpus_dir, f"c{i}")) + "\n" for i in range(200)).encode(), mtime=0)
+    flips = ((at, bit) for at in range(10, len(good) - 8) for bit in range(8))  # past the 10-byte header
+    for at, bit in flips:  # the first flip that breaks the deflate stream
+        data = bytearray(good)
+        data[at] ^= 1 << bit
+        try:
+            gzip.decompress(bytes(data))
+        except zlib.error:  # what every reader met, as a traceback
+            path.write_bytes(bytes(data))
+            return path
+        except (gzip.BadGzipFile, EOFError):
+            continue
+    raise AssertionError("no single bit flip broke the deflate stream")
+
+
+def test_a_bit_flipped_gzip_manifest_is_one_line_for_every_command(corpus_dir, tmp_path):
+    from srupp_asr.data import load_cuts
+    from srupp_asr.tokenizer import texts_from_sources
+
+    flipped = flipped_gzip(corpus_dir, tmp_path / "flipped.jsonl.gz")
+    with pytest.raises(UserError, match=rf"^{flipped}: cannot read the manifest \(Error -3 while decompressing"):
+        check_cuts_manifest(flipped)  # training's check
+    with pytest.raises(UserError, match=rf"^{flipped}: cannot read the manifest"):
+        load_cuts(flipped)  # evaluate, cmvn
+    with pytest.raises(UserError, match=rf"^{flipped}: cannot read the manifest"):
+        list(texts_from_sources([str(flipped)], []))  # tokenizer
+
+
+def test_named_pipes_are_refused_unopened_as_manifests_text_files_and_training_audio(corpus_dir, tmp_path):
+    """Opening a named pipe waits for a writer (for ever if none comes): each reader refuses one unopened."""
+    from lhotse import MonoCut
+
+    from srupp_asr.data import load_cut_audio, load_cuts
+    from srupp_asr.tokenizer import texts_from_sources
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    message = rf"^{pipe}: cut manifest is not a regular file \(a pipe; save it to a file\)$"
+    with pytest.raises(UserError, match=message):
+        check_cuts_manifest(pipe)  # training
+    with pytest.raises(UserError, match=message):
+        load_cuts(pipe)  # evaluate, cmvn, tokenizer --cuts
+    with pytest.raises(UserError, match=rf"^{pipe}: text file is not a regular file \(a pipe"):
+        list(texts_from_sources([], [str(pipe)]))  # tokenizer --text
+    with pytest.raises(UserError, match=r"^/dev/zero: text file is not a regular file \(a device"):
+        list(texts_from_sources([], ["/dev/zero"]))
+    data = cut(corpus_dir)
+    data["recording"]["sources"][0]["source"] = str(pipe)
+    piped = MonoCut.from_dict(data)
+    # The training data set, evaluate and cmvn load every cut's audio here (a UserError leaves the cut out).
+    with pytest.raises(UserError, match=rf"^{pipe}: cut a: not a readable audio file \(not a regular file: a pipe\)$"):
+        load_cut_audio(piped)

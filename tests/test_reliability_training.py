@@ -211,3 +211,29 @@ def test_atomic_saves_fsync_and_never_show_a_partial_name_lightning_would_pick(t
     io.remove_checkpoint(tmp_path / "last.ckpt")
     io.remove_checkpoint(tmp_path / "last.ckpt")  # twice: already gone is fine
     assert not any(tmp_path.iterdir())
+
+
+def test_a_fresh_fit_into_a_folder_holding_an_earlier_run_is_refused_unless_asked_to_overwrite(
+    corpus, tmp_path, capsys
+):
+    """Lightning wrote ``last-v1.ckpt`` and ``...-v1.ckpt`` beside the earlier run's files, and ``--ckpt_path
+    last`` then picked ``-v1``."""
+    from srupp_asr.cli import main
+
+    root = tmp_path / "exp"
+    one_step = ["train", *corpus_args(corpus, root), "--trainer.max_steps=1", "--trainer.limit_val_batches=0"]
+    assert main(one_step) == 0
+    folder = root / "checkpoints"
+    before = {p.name: p.read_bytes() for p in folder.glob("*.ckpt")}
+    assert "last.ckpt" in before
+    capsys.readouterr()
+    assert main(one_step) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"srupp-asr train: error: {folder}: holds the checkpoints of an earlier")
+    assert "--ckpt_path last" in err[0] and "--overwrite true" in err[0]
+    assert {p.name: p.read_bytes() for p in folder.glob("*.ckpt")} == before  # nothing written, nothing lost
+    assert main([*one_step, "--trainer.max_steps=2", "--ckpt_path=last"]) == 0  # a resume is not a fresh fit
+    assert main([*one_step, "--overwrite=true"]) == 0
+    names = sorted(p.name for p in folder.glob("*.ckpt"))
+    assert not [n for n in names if "-v1" in n], names
+    assert load_checkpoint(folder / "last.ckpt")["global_step"] == 1  # the new run's

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 
 import pytest
 
@@ -174,3 +177,62 @@ def test_cmvn_leaves_out_cuts_whose_audio_does_not_load_and_exits_1(eval_cuts, t
     captured = capsys.readouterr()
     assert captured.err.strip() == f"srupp-asr cmvn: error: {tmp_path / 'gone.wav'}: cut utt0: audio file not found"
     assert (tmp_path / "cmvn.json").exists() and "1 cut(s) left out" in captured.out
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    """Raise TimeoutError in the block after ``seconds`` (a blocked ``open()`` of a named pipe included)."""
+
+    def expire(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "cmvn"])
+def test_a_cut_whose_audio_is_a_named_pipe_is_left_out_with_one_line_not_waited_on(
+    eval_cuts, tmp_path, capsys, command
+):
+    """Opening a named pipe waits for a writer: evaluate hung for ever on such a cut (transcribe refused it)."""
+    model_dir, cuts = eval_cuts
+    os.mkfifo(tmp_path / "pipe.wav")
+
+    def pipe(lines):
+        lines[1]["recording"]["sources"][0]["source"] = str(tmp_path / "pipe.wav")
+
+    broken = _edited(cuts, tmp_path / "piped.jsonl.gz", pipe)
+    if command == "evaluate":
+        argv = ["evaluate", "--model", str(model_dir), "--cuts", str(broken), "--out-dir", str(tmp_path / "report")]
+        argv += ["--device", "cpu", "--decoding", "ctc_greedy"]
+    else:
+        argv = ["cmvn", str(broken), "--out", str(tmp_path / "cmvn.json")]
+    with deadline(120):
+        assert main(argv) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if " error: " in line]
+    assert errors == [
+        f"srupp-asr {command}: error: {tmp_path / 'pipe.wav'}: cut utt1: not a readable audio file"
+        " (not a regular file: a pipe)"
+    ]
+
+
+@pytest.mark.parametrize("command", ["evaluate", "cmvn"])
+def test_a_manifest_that_is_a_named_pipe_is_one_line_not_waited_on(eval_cuts, tmp_path, capsys, command):
+    model_dir, _ = eval_cuts
+    os.mkfifo(tmp_path / "cuts.jsonl.gz")
+    if command == "evaluate":
+        argv = ["evaluate", "--model", str(model_dir), "--cuts", str(tmp_path / "cuts.jsonl.gz")]
+        argv += ["--out-dir", str(tmp_path / "report"), "--device", "cpu"]
+    else:
+        argv = ["cmvn", str(tmp_path / "cuts.jsonl.gz"), "--out", str(tmp_path / "cmvn.json")]
+    with deadline(60):
+        assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"srupp-asr {command}: error: {tmp_path / 'cuts.jsonl.gz'}: cut manifest is not a regular file (a pipe;"
+        " save it to a file)"
+    )
