@@ -227,6 +227,8 @@ def read_yaml_mapping(path: str | os.PathLike, what: str = "config file") -> dic
         line = f" at line {where.line + 1}" if where is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise UserError(f"{path}: not valid YAML{line} ({problem})") from None
+    except RecursionError:  # PyYAML composes nested collections recursively: [[[[...]]]] some hundreds deep
+        raise UserError(f"{path}: not a usable {what} (YAML nested too deeply)") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: a {what} must hold a YAML mapping")
     return data

@@ -321,3 +321,28 @@ def test_an_lm_config_with_a_bad_value_is_one_line_naming_it(tmp_path, tokenizer
     (lm_dir / "config.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(UserError, match=rf"^{lm_dir / 'config.yaml'}: bad LM settings \({message}"):
         load_lm(lm_dir)
+
+
+DEEP_YAML = "model: " + "[" * 5000 + "]" * 5000 + "\n"  # PyYAML composes nested collections recursively
+
+
+def test_deeply_nested_yaml_is_one_line_naming_the_file_not_a_recursion_error(model_dir, tmp_path, tokenizer, capsys):
+    """A model directory's config.yaml, an LM's and ``train --config`` gave a RecursionError traceback."""
+    from srupp_asr.cli import main
+
+    with pytest.raises(RecursionError):  # what the reader met, as a traceback
+        yaml.safe_load(DEEP_YAML)
+    (model_dir / "config.yaml").write_text(DEEP_YAML)
+    with pytest.raises(UserError, match=rf"^{model_dir / 'config.yaml'}: not a usable model config \(YAML nested too"):
+        load_model(model_dir)
+    lm = SRUppLM(vocab_size=tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, tokenizer.path, tmp_path / "lm")
+    (lm_dir / "config.yaml").write_text(DEEP_YAML)
+    with pytest.raises(UserError, match=rf"^{lm_dir / 'config.yaml'}: not a usable LM config \(YAML nested too deeply"):
+        load_lm(lm_dir)
+    config = tmp_path / "deep.yaml"
+    config.write_text(DEEP_YAML)
+    assert main(["train", "fit", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"srupp-asr train: error: {config}: not a usable config file (YAML nested too deeply)"
+    )
