@@ -18,6 +18,7 @@ from typing import Any
 
 from srupp_asr.errors import UserError
 
+MAX_LIST_BYTES = 256 * 2**20  # the most of an ``@LIST`` file read (about 2.5 million paths of 100 bytes)
 MAX_TEMP_FORMAT_SUFFIX = 32  # bytes of a name's format suffix kept in its temporary name (``.jsonl.gz``: 9)
 # Temporary files and folders are named ``.<host>-<pid>-<random>...``: the writer is known, so a later run can
 # remove what a writer that was killed (``kill -9``, power loss) left behind, and nothing a live writer holds.

@@ -297,3 +297,57 @@ def write_transcript(
             raise UserError(f"{path}: cannot write ({err.strerror or err}); {kept}") from None
         written.append(path)
     return written
+
+
+_output_locks: dict[str, list[int]] = {}  # real path of an output folder -> [descriptor, claims in this process]
+
+
+class OutputDirLock:
+    """This process's claim on an output folder (``transcribe -o DIR``): a ``flock`` on the folder itself (no lock
+    file is left in it), so that two runs writing same-stem outputs into one folder cannot overwrite each other's
+    files unnoticed. A second process is refused with a one-line UserError naming the folder; calls in one
+    process share the claim. Released by :meth:`release`, when the object is collected, or when the process ends
+    (however it ends: the kernel drops a dead process's locks). Where the file system cannot lock a folder
+    (some network file systems), nothing is locked."""
+
+    def __init__(self, folder: str | os.PathLike[str] | None) -> None:
+        import fcntl
+
+        self.key: str | None = None
+        if folder is None:
+            return
+        try:
+            os.makedirs(folder, exist_ok=True)
+            key = os.path.realpath(folder)
+            if key not in _output_locks:
+                fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    raise UserError(
+                        f"{folder}: another `srupp-asr transcribe` is writing to this folder; wait for it to finish"
+                        " or give this run its own --output-dir"
+                    ) from None
+                except OSError:  # the file system cannot lock folders: go on unlocked
+                    os.close(fd)
+                    return
+                _output_locks[key] = [fd, 0]
+        except OSError as err:
+            raise UserError(f"{folder}: cannot use the output folder ({err.strerror or err})") from None
+        _output_locks[key][1] += 1
+        self.key = key
+
+    def release(self) -> None:
+        """Give up this claim; the lock goes with the process's last claim on the folder."""
+        if self.key is None:
+            return
+        held = _output_locks[self.key]
+        held[1] -= 1
+        if held[1] == 0:
+            os.close(held[0])
+            del _output_locks[self.key]
+        self.key = None
+
+    def __del__(self) -> None:
+        self.release()

@@ -198,3 +198,74 @@ def test_printable_line_escapes_control_characters_and_line_separators_only():
     assert printable_line(name) == "a\\nb\\tc\\x1b[31m\\rd\\x7f\\x85e\\u2028f\\u2029 naïve 日本 back\\slash"
     assert printable_line(name).splitlines() == [printable_line(name)]  # one line, whatever the name
     assert printable_line(os.fsdecode(b"caf\xe9\n.wav")) == "caf\\xe9\\n.wav"  # not UTF-8 either
+
+
+def test_a_second_transcribe_into_an_output_folder_in_use_is_refused_in_one_line(tmp_path):
+    """Two ``transcribe -o DIR`` runs at once overwrote each other's same-stem outputs, both exiting 0."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    import soundfile as sf
+
+    from srupp_asr.transcribe import transcribe
+    from srupp_asr.writers import OutputDirLock
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from srupp_asr.writers import OutputDirLock; lock = OutputDirLock(sys.argv[1]);"
+            " print('locked', flush=True); time.sleep(60)",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    sf.write(tmp_path / "a.wav", np.zeros(1600, dtype=np.float32), 16000)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(UserError) as err:
+            transcribe([tmp_path / "a.wav"], "no-model-is-loaded-first", output_dir=out)
+        assert str(err.value) == (
+            f"{out}: another `srupp-asr transcribe` is writing to this folder; wait for it to finish or give this run"
+            " its own --output-dir"
+        )
+        assert list(out.iterdir()) == []  # nothing written, and no lock file left in the folder
+    finally:
+        holder.kill()
+        holder.wait()
+    first, second = OutputDirLock(out), OutputDirLock(out)  # the holder is gone; one process may claim it twice
+    first.release()
+    with pytest.raises(UserError, match="another `srupp-asr transcribe` is writing"):  # `second` holds it still
+        _claim_in_child(out)
+    second.release()
+    _claim_in_child(out, expect_ok=True)
+
+
+def _claim_in_child(folder, expect_ok: bool = False) -> None:
+    """Claim ``folder`` from another process; raise UserError (as that process did) unless it got it."""
+    import subprocess
+    import sys
+
+    code = "import sys; from srupp_asr.writers import OutputDirLock; OutputDirLock(sys.argv[1])"
+    proc = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        assert not expect_ok, proc.stderr
+        raise UserError(proc.stderr.strip().splitlines()[-1])
+    assert expect_ok
+
+
+def test_an_endless_list_file_ends_at_the_bound_in_one_line_and_the_other_inputs_go_on(tmp_path):
+    """``@/dev/zero`` ended in a MemoryError traceback and stopped the batch."""
+    import numpy as np
+    import soundfile as sf
+
+    from srupp_asr.fileio import MAX_LIST_BYTES
+    from srupp_asr.transcribe import find_inputs
+
+    sf.write(tmp_path / "a.wav", np.zeros(1600, dtype=np.float32), 16000)
+    files, problems = find_inputs(["@/dev/zero", str(tmp_path / "a.wav")])
+    assert files == [str(tmp_path / "a.wav")]
+    assert problems == [f"/dev/zero: list file holds more than {MAX_LIST_BYTES // 2**20} MiB (the most this reads)"]
