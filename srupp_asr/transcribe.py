@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import read_lines
+from srupp_asr.fileio import MAX_LIST_BYTES, read_lines
 from srupp_asr.writers import (
     FORMATS,
     MAX_SEGMENT_WORDS,
     SEGMENT_PAUSE,
     WRITERS,
+    OutputDirLock,
     Segment,
     Transcript,
     output_names,
@@ -157,7 +158,8 @@ def _expand_lists(inputs: Sequence[str | os.PathLike[str]], problems: list[str])
         entry = os.fspath(item)
         if entry.startswith("@") and len(entry) > 1:
             try:
-                lines = read_lines(entry[1:], "list file")  # a byte-order mark (Notepad) is not in a file name
+                # A byte-order mark (Notepad) is not in a file name; /dev/zero must end in a bound, not a MemoryError.
+                lines = read_lines(entry[1:], "list file", max_bytes=MAX_LIST_BYTES)
             except UserError as err:
                 problems.append(str(err))
                 continue
@@ -442,6 +444,7 @@ def transcribe(
         return []
     if threads:
         torch.set_num_threads(threads)
+    folder_lock = OutputDirLock(output_dir)  # one transcribe per output folder (released as this returns)
     loaded = model if isinstance(model, Model) else Model.load(model, device)
     fusion_lm = load_fusion_lm(lm, loaded.tokenizer, str(loaded.device)) if lm is not None else None
     worker = _Transcriber(
@@ -503,6 +506,7 @@ def transcribe(
             bar.update(sum(job.num_samples for job in batch) / worker.rate)
         for job in long:
             finish(job, _or_report(job, lambda job=job: worker.run_long(job, bar.update), report))
+    folder_lock.release()
     return in_order.done
 
 
