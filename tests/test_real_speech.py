@@ -8,7 +8,10 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from srupp_asr.data import load_cuts, save_cuts
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 ROOT = BENCH.parent
+RUN = ROOT / "recipes" / "synth_en" / "run.sh"
 REAL_DEV = ROOT.parent / "shared" / "data" / "real_en"
 needs_real = pytest.mark.skipif(
     not REAL_DEV.is_dir(), reason=f"no real speech at {REAL_DEV} (a clone without ../shared)"
@@ -109,3 +113,58 @@ def test_without_the_real_data_the_benchmark_says_so_and_exits_0(rs, tmp_path, m
     monkeypatch.setattr(sys, "argv", ["real_speech.py", "--real-dev", str(tmp_path)])
     assert rs.main() == 2
     assert "no real_en sets in it" in capsys.readouterr().err
+
+
+def _mini_real_en(folder: Path, rows_per_set: int = 1) -> Path:
+    """A real_en folder with the first rows of each real set (absolute audio paths into ../shared)."""
+    for name in ("ljspeech32", "pocketsphinx_testdata", "fsdd", "speech_commands"):
+        lines = (REAL_DEV / name / "manifest.tsv").read_text().splitlines()
+        header, rows = lines[0], [r for r in lines[1:] if r.split("\t")[4] == "dev"][:rows_per_set]
+        rows = [f"{REAL_DEV / name / r.split(chr(9), 1)[0]}\t{r.split(chr(9), 1)[1]}" for r in rows]
+        (folder / name).mkdir(parents=True)
+        (folder / name / "manifest.tsv").write_text("\n".join([header, *rows]) + "\n")
+    return folder
+
+
+@needs_real
+@pytest.mark.slow  # a corpus, then eight sets decoded by fresh processes: minutes on a busy 2-core machine
+@pytest.mark.skipif(
+    not all(shutil.which(tool) for tool in ("espeak-ng", "flite", "sox")), reason="needs espeak-ng, flite and sox"
+)
+def test_the_synth_en_recipe_scores_the_real_dev_sets_beside_the_synthetic_ones(tmp_path):
+    data, exp = tmp_path / "data", tmp_path / "exp"
+    common = ["--size", "tiny", "--nj", "2", "--data", str(data), "--exp", str(exp), "--lm", "false"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def run(*args: str) -> str:
+        out = subprocess.run(["bash", str(RUN), *common, *args], capture_output=True, text=True, timeout=600, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout + out.stderr
+
+    run("--stage", "1", "--stop-stage", "1")
+    shutil.copytree(ROOT / "srupp_asr" / "default_model", exp / "model")
+    mini = _mini_real_en(tmp_path / "real_en")
+    ps = "true" if importlib.util.find_spec("pocketsphinx") else "false"
+    run("--stage", "6", "--stop-stage", "7", "--decodings", "ctc_greedy", "--pocketsphinx", ps, "--real-dev", str(mini))
+    real = ["real_ljspeech32", "real_pocketsphinx_testdata", "real_fsdd", "real_speech_commands"]
+    for name in real:
+        assert load_cuts(data / "real_en" / name.removeprefix("real_") / "dev_cuts.jsonl.gz")  # imported by the table
+        results = json.loads((exp / "decode_ctc_greedy" / name / "results.json").read_text())
+        assert results["name"] == name and results["WER"]["sentences"] == 1
+    summary = (exp / "RESULTS.md").read_text()
+    assert all(f"| ctc_greedy | {name} |" in summary for name in ["test_seen", "test_unseen", *real])
+    if ps == "true":
+        assert all(f"| pocketsphinx | {name} |" in summary for name in real)
+    log = run(
+        "--stage",
+        "6",
+        "--stop-stage",
+        "6",
+        "--decodings",
+        "ctc_greedy",
+        "--pocketsphinx",
+        "false",
+        "--real-dev",
+        "none",
+    )
+    assert "no real speech (--real-dev" in log and "scoring the synthetic sets only" in log

@@ -362,7 +362,7 @@ def test_help_says_where_relative_paths_are_taken_from(stub, recipe):
 
 
 def test_synth_en_without_the_lm_does_not_decode_with_it(tmp_path, stub):
-    args = ["--stage", "6", "--stop-stage", "6", "--lm", "false", "--pocketsphinx", "false"]
+    args = ["--stage", "6", "--stop-stage", "6", "--lm", "false", "--pocketsphinx", "false", "--real-dev", "none"]
     out = _run("synth_en", stub, *_tmp_paths(tmp_path), *args)
     assert out.returncode == 0, out.stderr[-3000:]  # the old default decodings fused the LM it had not trained
     evaluate = [c for c in _calls(stub) if c[0] == "evaluate"]

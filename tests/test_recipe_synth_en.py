@@ -32,7 +32,16 @@ def _run(*args: str) -> str:
 def test_stages_0_to_7_build_a_corpus_train_export_and_score_and_rerun_skips_done_work(tmp_path):
     data, exp = tmp_path / "data", tmp_path / "exp"
     common = ["--size", "tiny", "--nj", "2", "--data", str(data), "--exp", str(exp), "--vocab-size", "64"]
-    decode = ["--decodings", "ctc_greedy ctc_prefix_beam", "--beam", "4", "--pocketsphinx", "false"]
+    decode = [
+        "--decodings",
+        "ctc_greedy ctc_prefix_beam",
+        "--beam",
+        "4",
+        "--pocketsphinx",
+        "false",
+        "--real-dev",
+        "none",
+    ]
     log = _run(*common, *decode, "--train-args", "--trainer.max_epochs 1")
     manifests = data / "corpus" / "manifests"
     for split in ("train", "dev", "test_seen", "test_unseen"):
@@ -65,6 +74,7 @@ def test_the_pocketsphinx_comparison_decodes_and_scores_the_test_sets(tmp_path):
     pytest.importorskip("pocketsphinx", reason="pocketsphinx (the dev extra) is not installed")
     data, exp = tmp_path / "data", tmp_path / "exp"
     common = ["--size", "tiny", "--nj", "2", "--data", str(data), "--exp", str(exp), "--lm", "false"]
+    common += ["--real-dev", "none"]  # the real dev sets: tests/test_real_speech.py
     _run(*common, "--stage", "1", "--stop-stage", "1")
     shutil.copytree(ROOT / "srupp_asr" / "default_model", exp / "model")  # stage 6 decodes with a model too
     log = _run(*common, "--stage", "6", "--stop-stage", "7", "--decodings", "ctc_greedy", "--pocketsphinx", "true")

@@ -5,7 +5,7 @@
 #                           [--hours H] [--non-free] [--data DIR] [--exp DIR] [--config YAML] [--vocab-size N]
 #                           [--num-avg N] [--train-args "..."] [--average-args "..."] [--decodings "MODE ..."] [--beam N]
 #                           [--device cpu|cuda] [--pocketsphinx true|false] [--lm true|false]
-#                           [--lm-args "..."] [--lm-weight W]
+#                           [--lm-args "..."] [--lm-weight W] [--real-dev DIR]
 #
 # Stages (each skips what it already produced, and says so):
 #   0  install the TTS engines and texts if missing (apt-get; Debian main only)
@@ -19,7 +19,9 @@
 #   6  decode and score the test sets (seen and held-out voices) with each decoding mode of --decodings (default
 #      "ctc_greedy joint joint+lm", without joint+lm under --lm false; srupp-asr evaluate; a mode written MODE+lm
 #      fuses the LM of stage 3 with --lm-weight), and with pocketsphinx (a pretrained recogniser, for comparison)
-#      unless --pocketsphinx false
+#      unless --pocketsphinx false; then the same on the real human speech dev sets of --real-dev (default
+#      ../shared/data/real_en beside the repository when present, skipped with a note when not; "none" skips
+#      them), imported with `srupp-asr prepare table` into $data/real_en and named real_<set> in the results
 #   7  score pocketsphinx's transcripts and write the summary table $exp/RESULTS.md
 # --config defaults by size: tiny -> conf/tiny_cpu.yaml, small -> conf/synth_en_cpu.yaml, large -> conf/train_srupp.yaml
 set -euo pipefail
@@ -49,14 +51,25 @@ lm=true
 lm_args=""
 lm_weight=0.3
 test_sets="test_seen test_unseen"
+real_dev=""  # ../shared/data/real_en when present
+real_sets="ljspeech32 pocketsphinx_testdata fsdd speech_commands"
 
 options=(  # option kind (see parse_options in recipes/common/stages.sh)
   --stage stage --stop-stage stage --size "tiny|small|large" --hours positive --seed whole --nj count
   --non-free flag --data dir --exp dir --config file --vocab-size count --num-avg count --train-args args
   --average-args args --decodings fusion-modes --beam count --device "cpu|cuda" --pocketsphinx bool --lm bool
-  --lm-args args --lm-weight number
+  --lm-args args --lm-weight number --real-dev text
 )
 parse_options "$@"
+
+if [ -z "$real_dev" ]; then
+  if [ -d "$repo_root/../shared/data/real_en" ]; then real_dev=$(cd "$repo_root/../shared/data/real_en" && pwd); fi
+elif [ "$real_dev" = none ]; then
+  real_dev=""
+else
+  real_dev=$(absolute "$real_dev")
+  [ -d "$real_dev" ] || die "--real-dev: no such folder '$real_dev' (real_en, see its README; none: no real speech)"
+fi
 
 if [ -z "$decodings" ]; then
   decodings="ctc_greedy joint"
@@ -145,14 +158,34 @@ if runs 5; then
   stage_average 5 "$exp" "$num_avg" "${extra[@]}"
 fi
 
+# The sets stages 6 and 7 score, each NAME=CUTS: the synthetic test sets, then the real dev sets when there are any.
+scored_sets=()
+for set in $test_sets; do scored_sets+=("$set=$manifests/${set}_cuts.jsonl.gz"); done
+if [ -n "$real_dev" ]; then
+  for set in $real_sets; do scored_sets+=("real_$set=$data/real_en/$set/dev_cuts.jsonl.gz"); done
+fi
+
 if runs 6; then
-  for set in $test_sets; do
+  if [ -z "$real_dev" ]; then
+    log 6 "no real speech (--real-dev; default ../shared/data/real_en when present): scoring the synthetic sets only"
+  fi
+  for set in $real_sets; do
+    if [ -z "$real_dev" ]; then break; fi
+    if [ -f "$data/real_en/$set/dev_cuts.jsonl.gz" ]; then
+      log 6 "$data/real_en/$set/dev_cuts.jsonl.gz exists, skipping"
+    else
+      srupp prepare table "$real_dev/$set/manifest.tsv" "$data/real_en/$set"
+    fi
+  done
+  for pair in "${scored_sets[@]}"; do
+    set=${pair%%=*}
+    cuts=${pair#*=}
     for system in $decodings; do
       mode=${system%+lm}
       fusion=()
       if [ "$mode" != "$system" ]; then fusion=(--lm "$exp/lm" --lm-weight "$lm_weight"); fi
       evaluate_into 6 "$exp/decode_${system}/$set" "results.md, report.html, hyp.trn" --model "$exp/model" \
-        --cuts "$manifests/${set}_cuts.jsonl.gz" --decoding "$mode" --beam "$beam" --device "$device" \
+        --cuts "$cuts" --decoding "$mode" --beam "$beam" --device "$device" \
         --name "$set" "${fusion[@]}"
     done
     if $pocketsphinx; then
@@ -160,7 +193,7 @@ if runs 6; then
       if [ -f "$out/pocketsphinx.hyp.trn" ]; then
         log 6 "$out/pocketsphinx.hyp.trn exists, skipping"
       else
-        "$py" recipes/synth_en/local/pocketsphinx_decode.py "$manifests/${set}_cuts.jsonl.gz" "$out" --jobs "$nj"
+        "$py" recipes/synth_en/local/pocketsphinx_decode.py "$cuts" "$out" --jobs "$nj"
         log 6 "wrote $out/pocketsphinx.hyp.trn"
       fi
     fi
@@ -168,13 +201,13 @@ if runs 6; then
 fi
 
 if runs 7; then
+  sets=("${scored_sets[@]%%=*}")
   if $pocketsphinx; then
-    for set in $test_sets; do
+    for set in "${sets[@]}"; do
       out=$exp/decode_pocketsphinx/$set
       srupp score --ref "$out/pocketsphinx.ref.trn" --hyp "$out/pocketsphinx.hyp.trn" --format trn \
         --name "$set" --out-dir "$out"
     done
   fi
-  split_words sets "$test_sets"
   stage_summary 7 "$exp" "synth_en results ($exp)" --sets "${sets[@]}"
 fi
