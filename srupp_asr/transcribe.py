@@ -80,7 +80,8 @@ MAX_CHUNK_SECONDS = 600.0  # the most audio decoded at once (a whole file, a chu
 CHUNK_SECONDS_RANGE = (1.0, 1e9)
 CHUNK_OVERLAP = 10.0  # seconds shared by neighbouring chunks (at most a quarter of a chunk by default)
 VAD_BLOCK_SECONDS = 30.0  # the VAD reads the recording in blocks of this length
-MAX_EXIT_CODE = 100  # the exit code counts failed files, up to this
+# Whisper's --language values that mean English (the only language of srupp-asr's models and text normalisation)
+ENGLISH = ("en", "english")
 # The bar counts seconds of audio; its rate is audio seconds per wall second (the inverse real-time factor).
 PROGRESS = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of audio [{elapsed}<{remaining}, {rate_fmt}]"
 
@@ -585,7 +586,10 @@ def _stdout_printer(fmt: str, several: bool) -> Callable[[Transcript], None]:
 
 
 def transcribe_command(args: argparse.Namespace) -> int:
-    """``srupp-asr transcribe``: returns the number of files that failed (at most 100)."""
+    """``srupp-asr transcribe``: exit status 0 when every input was transcribed, 1 when some failed (the closing
+    line counts them); usage and model errors raise UserError (2)."""
+    if args.language is not None and args.language.strip().lower() not in ENGLISH:
+        raise UserError(f"--language {args.language}: srupp-asr recognises English only (--language en)")
     inputs = list(args.inputs) + [f"@{path}" for path in args.list or []]
     if not inputs:
         raise UserError("no audio given (files, directories, @LIST or --list LIST)")
@@ -636,7 +640,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - begin
     if not args.quiet:
         print(summary_line(len(transcripts), failed, sum(t.duration for t in transcripts), wall), file=sys.stderr)
-    return min(failed, MAX_EXIT_CODE)
+    return 1 if failed else 0
 
 
 def summary_line(files: int, failed: int, audio_seconds: float, wall_seconds: float) -> str:
@@ -660,7 +664,7 @@ def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
     )
     modes_help = f"decoding mode (default {DEFAULT_DECODING})"
     p.add_argument("--decoding", default=DEFAULT_DECODING, choices=DECODING_MODES, help=modes_help)
-    p.add_argument("--beam", type=int, help="beam size of the beam modes (default 10)")
+    p.add_argument("--beam", "--beam_size", type=int, help="beam size of the beam modes (default 10)")
     p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
     p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
     p.add_argument("--lm", metavar="DIR", help="SRU++ LM directory (srupp-asr train-lm) for shallow fusion")
@@ -699,13 +703,22 @@ def load_fusion_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer, device:
     return lm
 
 
+def _builtin_model_text() -> str:
+    """Where the built-in model is, for --help (no torch: --help stays fast)."""
+    found = next((p for p in default_model_candidates() if (p / "config.yaml").is_file()), None)
+    return str(found) if found is not None else "none installed here: make demo builds one"
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``transcribe`` sub-command."""
     p = subparsers.add_parser(
         "transcribe",
         help="transcribe audio files (txt, json, srt, vtt, tsv; long recordings)",
-        description="Transcribe audio files. Exit code: the number of files that failed (at most 100); "
-        "2 for a usage or model error.",
+        description="Transcribe English speech in audio files. Without --model: the built-in model "
+        f"({_builtin_model_text()}), trained on synthetic English speech only: poor on real voices; train on "
+        "your own data for real use (docs/training.md). Exit status: 0 all inputs transcribed; 1 some inputs "
+        "failed (one error line each, counted in the closing line); 2 a usage or model error. Whisper's spellings "
+        "--output_format, --output_dir, --beam_size, --word_timestamps and --language en are accepted.",
     )
     p.add_argument("inputs", nargs="*", metavar="AUDIO", help="audio files, directories (recursive) or @LIST files")
     p.add_argument("--list", action="append", metavar="LIST", help="a text file of inputs, one per line")
@@ -713,6 +726,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "-f",
         "--output-format",
+        "--output_format",
         default="txt",
         metavar="FMT",
         help=f"comma-separated formats ({', '.join(FORMATS)}) or all (default txt)",
@@ -720,6 +734,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "-o",
         "--output-dir",
+        "--output_dir",
         metavar="DIR",
         help="write <stem>.<format> files here (default: print to stdout: the text of one file, "
         "PATH<TAB>text lines or JSON lines for several)",
@@ -752,5 +767,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help=f"a pause this long (seconds) ends a segment (default {SEGMENT_PAUSE:g})",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary line")
+    p.add_argument("--language", metavar="LANG", help="en (English) is the only language: any other is refused")
+    p.add_argument(
+        "--word_timestamps",
+        nargs="?",
+        const="True",
+        choices=("True", "False"),
+        help="accepted as whisper takes it; words always carry times here (json, tsv)",
+    )
     p.set_defaults(func=transcribe_command)
     return p

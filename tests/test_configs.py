@@ -1,0 +1,80 @@
+"""Configs by name: ``--config tiny_cpu`` (or ``tiny_cpu.yaml``, ``conf/tiny_cpu.yaml``, a path) works from any
+directory, the configs ship as package data, and an error in a command-line override names the override."""
+
+from __future__ import annotations
+
+import configparser
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from srupp_asr import configs
+from srupp_asr.configs import config_names, resolve_config, resolve_config_args
+from srupp_asr.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_config_of_conf_is_shipped_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the checkout: conf/ is not here
+    names = sorted(p.stem for p in (REPO / "conf").glob("*.yaml"))
+    assert config_names() == names and "tiny_cpu" in names
+    for spelling in ("tiny_cpu", "tiny_cpu.yaml", "conf/tiny_cpu.yaml"):
+        assert Path(resolve_config(spelling)).read_bytes() == (REPO / "conf" / "tiny_cpu.yaml").read_bytes()
+    conf = REPO / "conf"
+    assert resolve_config_args(["fit", "--config", "tiny_cpu", "-c=x", "--config=train_srupp"]) == [
+        "fit", "--config", str(conf / "tiny_cpu.yaml"), "-c=x", "--config=" + str(conf / "train_srupp.yaml")
+    ]  # fmt: skip
+
+
+def test_a_file_at_the_path_wins_over_a_shipped_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny_cpu").write_text("model: {}\n")
+    assert resolve_config("tiny_cpu") == "tiny_cpu"
+    (tmp_path / "mine.yaml").write_text("model: {}\n")
+    assert resolve_config("mine.yaml") == "mine.yaml"
+
+
+def test_an_unknown_name_lists_the_shipped_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"^tiny_cpux: config file not found, and no shipped config of that name "
+                       r"\(shipped: .*tiny_cpu, train_blstm"):  # fmt: skip
+        resolve_config("tiny_cpux")
+    with pytest.raises(UserError, match="config file not found"):  # a folder other than conf/ is a path, not a name
+        resolve_config("elsewhere/tiny_cpu.yaml")
+
+
+def test_an_installed_wheel_reads_the_package_copy(tmp_path, monkeypatch):
+    """In a wheel the configs lie in srupp_asr/conf (setup.cfg's package data), beside the modules."""
+    package = tmp_path / "site-packages" / "srupp_asr"
+    (package / "conf").mkdir(parents=True)
+    (package / "conf" / "tiny_cpu.yaml").write_text("seed_everything: 1\n")
+    monkeypatch.setattr(configs, "_PACKAGE", package)
+    monkeypatch.chdir(tmp_path)
+    assert resolve_config("tiny_cpu") == str(package / "conf" / "tiny_cpu.yaml")
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    assert "srupp_asr.conf" in setup["options"]["packages"].split()
+    assert "srupp_asr.conf = conf" in setup["options"]["package_dir"]
+    assert setup["options.package_data"]["srupp_asr.conf"].strip() == "*.yaml"
+
+
+def _train(tmp_path, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "srupp_asr.cli", "train", "fit", *argv],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def test_from_another_directory_a_misspelt_override_names_the_override(tmp_path):
+    done = _train(tmp_path, "--config", "tiny_cpu", "--model.lrr", "0.1")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "srupp-asr train: error: command line: unknown option --model.lrr (did you mean --model.lr?)"
+    )
+    # a bad key inside a config file still names that file
+    (tmp_path / "bad.yaml").write_text("model:\n  lrr: 0.1\n")
+    done = _train(tmp_path, "--config", "tiny_cpu", "--config", "bad.yaml")
+    assert done.returncode == 2 and "bad.yaml" in done.stderr.strip().splitlines()[-1], done.stderr
