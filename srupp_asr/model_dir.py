@@ -82,6 +82,13 @@ def weights_problem(model: torch.nn.Module, weights: Mapping[str, torch.Tensor])
     for key, value in expected.items():
         if weights[key].shape != value.shape:
             return f"{key} has shape {tuple(weights[key].shape)}, the model expects {tuple(value.shape)}"
+    for key, value in expected.items():
+        # Loading casts float16/bfloat16 to the model's float32, but an integer tensor in a floating one's place
+        # (float16 bits relabelled int16) would be cast by value into garbage: refused, and the other way round.
+        stored = weights[key].dtype
+        if stored.is_floating_point != value.dtype.is_floating_point or stored.is_complex != value.dtype.is_complex:
+            kind = "a floating" if value.dtype.is_floating_point else "an integer"
+            return f"{key} is stored as {str(stored).removeprefix('torch.')}, the model expects {kind} tensor"
     return None
 
 

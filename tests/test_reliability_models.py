@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from srupp_asr.errors import UserError
@@ -22,6 +23,7 @@ from srupp_asr.lm import SRUppLM, load_lm, save_lm
 from srupp_asr.model_dir import (
     check_no_pickles,
     export_model,
+    initial_weights,
     load_model,
     read_weight_shapes,
     read_weights,
@@ -346,3 +348,18 @@ def test_deeply_nested_yaml_is_one_line_naming_the_file_not_a_recursion_error(mo
     assert capsys.readouterr().err.strip() == (
         f"srupp-asr train: error: {config}: not a usable config file (YAML nested too deeply)"
     )
+
+
+def test_weights_stored_as_integers_where_the_model_has_floats_are_refused(model_dir, tokenizer):
+    """float16 weights relabelled int16 in the header loaded and were cast by value: garbage transcripts."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(model_dir / "model.safetensors")
+    key = next(k for k, v in weights.items() if v.is_floating_point() and v.numel() > 1 and "cmvn" not in k)
+    weights[key] = weights[key].to(torch.float16).view(torch.int16)  # the same bytes, another label
+    save_file(weights, model_dir / "model.safetensors")
+    message = rf"^{model_dir / 'model.safetensors'}: {re.escape(key)} is stored as int16, the model expects a floating"
+    with pytest.raises(UserError, match=message):
+        load_model(model_dir)
+    with pytest.raises(UserError, match=rf"{re.escape(key)} is stored as int16, the model expects a floating tensor"):
+        initial_weights(model_dir, seeded_model(0, tokenizer.vocab_size))  # train fit --model.init_from
