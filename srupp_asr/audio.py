@@ -42,6 +42,10 @@ _ESTIMATED_LENGTH_FORMATS = {"MP3", "OGG"}
 
 # libsndfile fixes up a WAV data chunk that claims more bytes than the file holds and only logs it.
 _WAV_DATA_TOO_LONG = re.compile(r"^data : (\d+) \(should be (\d+)\)", re.MULTILINE)
+# libsndfile reads a WAV whose header says 7 (or 12, 15, ...) bits per sample as 8-bit (16-bit) samples, and
+# garbage comes out; sox refuses them. The sample sizes each subtype really has:
+_WAV_BIT_WIDTH = re.compile(r"^\s*Bit Width\s*:\s*(\d+)", re.MULTILINE)
+_SUBTYPE_BITS = {"PCM_U8": 8, "PCM_S8": 8, "PCM_16": 16, "PCM_24": 24, "PCM_32": 32, "FLOAT": 32, "DOUBLE": 64}
 # Writers streaming to a pipe (ffmpeg, sox) cannot seek back and leave these sizes in the header.
 _STREAMING_PLACEHOLDER_SIZES = {0xFFFFFFFF, 0x7FFFFFFF}
 # torchaudio's resampling defaults (torchaudio.functional.resample), which fix how far its filter reaches.
@@ -178,6 +182,13 @@ class AudioReader:
         truncation = self._truncation()
         if truncation is not None:
             raise UserError(f"{self.path}: not a readable audio file (truncated: {truncation})")
+        if f.format in ("WAV", "WAVEX", "RF64") and f.subtype in _SUBTYPE_BITS:
+            width = _WAV_BIT_WIDTH.search(f.extra_info)
+            if width and int(width.group(1)) != _SUBTYPE_BITS[f.subtype]:
+                raise UserError(
+                    f"{self.path}: not a readable audio file (its header says {width.group(1)} bits per sample, an"
+                    f" unsupported sample size that would be misread as {_SUBTYPE_BITS[f.subtype]}-bit)"
+                )
         if f.frames <= 0:
             raise UserError(f"{self.path}: holds no audio samples")
         if f.samplerate < MIN_FILE_RATE:

@@ -144,3 +144,33 @@ def test_sample_formats_load_at_the_scale_and_sign_sox_gives_them(tmp_path, fmt,
     # Full scale is -1 (A-law and mu-law reach 0.984 and 0.980 of it at most, and A-law has no exact 0), silence
     # stays silent and the sign is kept.
     assert -1.0 <= float(wav[-5]) < -0.98 and abs(float(wav[-3])) < 1e-3 and float(wav[-1]) > 0.98
+
+
+@pytest.mark.parametrize(("subtype", "bits"), [("PCM_U8", 7), ("PCM_U8", 4), ("PCM_16", 12), ("PCM_16", 15)])
+def test_a_wav_whose_header_gives_a_sample_size_libsndfile_misreads_is_refused(tmp_path, subtype, bits):
+    """A header saying 7 bits per sample was read as 8-bit and transcribed as garbage with exit 0 (sox refuses
+    it: "data encoding or sample size was not specified" / "does not support this data size")."""
+    from srupp_asr.audio import load_audio
+    from srupp_asr.errors import UserError
+
+    path = tmp_path / f"bits{bits}.wav"
+    sf.write(path, 0.1 * np.random.default_rng(0).standard_normal(1600), 16000, subtype=subtype)
+    header = bytearray(path.read_bytes())
+    assert header[12:16] == b"fmt " and header[34] in (8, 16)
+    header[34] = bits  # wBitsPerSample of the fmt chunk
+    path.write_bytes(bytes(header))
+    assert sf.info(path).subtype == subtype  # libsndfile opens it as the wider size
+    with pytest.raises(UserError, match=rf"^{path}: not a readable audio file \(its header says {bits} bits per"):
+        load_audio(path)
+
+
+@pytest.mark.parametrize(
+    ("subtype", "fmt"), [("PCM_U8", "WAV"), ("PCM_16", "WAV"), ("PCM_24", "WAVEX"), ("FLOAT", "WAV"), ("DOUBLE", "WAV")]
+)
+def test_wavs_of_every_whole_byte_sample_size_still_load(tmp_path, subtype, fmt):
+    from srupp_asr.audio import load_audio
+
+    path = tmp_path / "ok.wav"
+    signal = 0.1 * np.sin(np.arange(1600) / 5)
+    sf.write(path, signal, 16000, subtype=subtype, format=fmt)
+    assert np.abs(load_audio(path).numpy() - signal).max() < 0.01
