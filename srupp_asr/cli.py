@@ -8,6 +8,7 @@ Each command lives in the module that holds its function and registers itself th
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -76,7 +77,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser; the sub-parser of ``command`` is the real one, the others are stubs for --help."""
     parser = argparse.ArgumentParser(
         prog="srupp-asr",
-        description="Speech recognition with SRU++ encoders: train, transcribe, evaluate.",
+        description="English speech recognition with SRU++ encoders: train, transcribe, evaluate. "
+        "`srupp-asr transcribe FILE` needs no training: it uses the built-in model, trained on synthetic English "
+        "speech only (poor on real voices). Exit status: 0 success; 1 some inputs failed; 2 a usage or model error.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -92,12 +95,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``srupp-asr`` console script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command if command in COMMANDS else None)
-    args = parser.parse_args(argv)
+    if command is not None and command not in COMMANDS:
+        print(f"srupp-asr: error: {_no_such_command(command)}", file=sys.stderr)
+        return 2
+    parser = build_parser(command)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        sub = _subparsers(parser).get(command, parser)
+        print(
+            f"srupp-asr{' ' + command if command else ''}: error: {_unknown_argument(sub, unknown[0])}", file=sys.stderr
+        )
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
     return _run(args.command, lambda: args.func(args))
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _no_such_command(word: str) -> str:
+    """One line for a first word that is no command: the nearest command, or how to transcribe a file."""
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    if close:
+        hint = f"did you mean {close[0]}?"
+    elif os.path.splitext(word)[1] or os.path.exists(word):
+        hint = f"to transcribe a file: srupp-asr transcribe {word}"
+    else:
+        hint = "see srupp-asr --help"
+    return f"no command {word!r} ({hint})"
+
+
+def _unknown_argument(parser: argparse.ArgumentParser, word: str) -> str:
+    """One line for an argument ``parser`` does not take, naming the nearest option (``_`` and ``-`` alike, the
+    option's main spelling suggested: ``--beam-size`` -> ``--beam``)."""
+    if not word.startswith("-"):
+        return f"unexpected argument {word!r} (see {parser.prog} --help)"
+    option = word.split("=", 1)[0]
+    spellings: dict[str, str] = {}
+    for action in parser._actions:
+        longs = [s for s in action.option_strings if s.startswith("--")]
+        for spelling in action.option_strings:
+            spellings.setdefault(spelling.lower().replace("_", "-"), longs[0] if longs else spelling)
+    close = difflib.get_close_matches(option.lower().replace("_", "-"), spellings, n=1, cutoff=0.6)
+    hint = f"did you mean {spellings[close[0]]}?" if close else f"see {parser.prog} --help"
+    return f"unknown option {option} ({hint})"
 
 
 def _run(command: str, fn) -> int:

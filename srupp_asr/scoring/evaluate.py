@@ -27,6 +27,7 @@ from srupp_asr.transcribe import (
     DEFAULT_DECODING,
     add_decoding_arguments,
     decoding_options,
+    default_model_dir,
     load_fusion_lm,
     resolve_device,
 )
@@ -66,7 +67,7 @@ def _manifest_name(path: str | os.PathLike) -> str:
 
 
 def evaluate(
-    model: str | os.PathLike,
+    model: str | os.PathLike | None,
     cuts: str | os.PathLike,
     out_dir: str | os.PathLike,
     decoding: str = DEFAULT_DECODING,
@@ -84,8 +85,8 @@ def evaluate(
     allow_command_sources: bool = False,
     errors: list[str] | None = None,
 ) -> tuple[ScoreResult, DecodingSpeed]:
-    """Decode every cut of ``cuts`` with the model directory ``model``, score against the cuts' texts and write
-    the report (plus ``hyp.jsonl`` / ``ref.jsonl``) into ``out_dir``.
+    """Decode every cut of ``cuts`` with the model directory ``model`` (None: the built-in model), score against
+    the cuts' texts and write the report (plus ``hyp.jsonl`` / ``ref.jsonl``) into ``out_dir``.
 
     A cut whose audio does not load is left out of the scores (the report says how many) and its one-line error
     goes to ``errors`` (a warning in the log when ``errors`` is None). Audio sources that run a shell command
@@ -104,6 +105,8 @@ def evaluate(
     options = decoding_options(decoding, beam, ctc_weight, length_penalty, lm, lm_weight)
     cutset = load_cuts(cuts, allow_command_sources=allow_command_sources)
     device = resolve_device(device)
+    if model is None:
+        model = default_model_dir()
     net, tokenizer = load_model(model, device)
     fusion_lm = load_fusion_lm(lm, tokenizer, device) if lm is not None else None
     dataset = ASRDataset(tokenizer)  # no augmentation: audio exactly as training reads it
@@ -212,7 +215,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "texts (sclite-compatible counts) and write the report (results.md, report.html, alignments, plots, "
         "hyp.jsonl) with the decoding speed.",
     )
-    p.add_argument("--model", required=True, metavar="DIR", help="model directory (srupp-asr average --out)")
+    p.add_argument(
+        "--model", metavar="DIR", help="model directory (srupp-asr average --out; default: the built-in model)"
+    )
     p.add_argument("--cuts", required=True, help="lhotse cut manifest (.jsonl.gz) with reference texts")
     p.add_argument("--out-dir", required=True, help="where the report files go")
     add_decoding_arguments(p, batch_help="utterances decoded together")

@@ -4,8 +4,11 @@
 - trn: ``word word ... (UTT_ID)`` per line; the speaker is the id up to its first ``-`` (else its first ``_``),
   as ``sclite -i rm`` reads it.
 - JSON lines: one object per line with ``"id"`` (or ``"utt_id"``), ``"text"`` and optionally ``"speaker"``.
+- lines (``score --no-ids``): plain text, one utterance per line and no ids: line N is utterance ``line-N`` (a
+  blank line is an empty transcript), so a reference and a hypothesis are paired by line number.
 
-Blank lines are skipped. Every problem is a :class:`~srupp_asr.errors.UserError` naming the file and line.
+Blank lines are skipped in the formats with ids. Every problem is a :class:`~srupp_asr.errors.UserError` naming
+the file and line.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from pathlib import Path
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_write_text, read_lines
 
-FORMATS = ("auto", "kaldi", "trn", "jsonl")
+FORMATS = ("auto", "kaldi", "trn", "jsonl", "lines")
+# What a Kaldi-looking file that is really plain text (its first words taken as ids) is told.
+NO_IDS_HINT = "plain text with one utterance per line and no ids? score it with --no-ids"
 _ID_KEYS = ("id", "utt_id")
 
 
@@ -58,7 +63,10 @@ def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "tr
     numbered = [(i, line) for i, line in enumerate(lines, start=1) if line.strip()]
     if not numbered:
         raise UserError(f"{path}: {what} holds no transcripts")
-    if fmt == "auto":
+    if fmt == "lines":
+        return [Transcript(f"line-{i}", " ".join(line.split())) for i, line in enumerate(lines, start=1)]
+    detected = fmt == "auto"
+    if detected:
         fmt = detect_format(path, numbered[0][1])
     parse = {"kaldi": _parse_kaldi, "trn": _parse_trn, "jsonl": _parse_jsonl}[fmt]
     seen: dict[str, int] = {}
@@ -67,7 +75,8 @@ def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "tr
         where = f"{path}:{number}"
         item = parse(line, where)
         if item.utt_id in seen:
-            raise UserError(f"{where}: utterance id {item.utt_id!r} already on line {seen[item.utt_id]}")
+            hint = f" ({NO_IDS_HINT})" if detected and fmt == "kaldi" else ""
+            raise UserError(f"{where}: utterance id {item.utt_id!r} already on line {seen[item.utt_id]}{hint}")
         seen[item.utt_id] = number
         out.append(item)
     return out

@@ -12,8 +12,9 @@ import os
 import sys
 from pathlib import Path
 
+from srupp_asr.errors import UserError
 from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
-from srupp_asr.scoring.formats import FORMATS, read_transcripts, read_utt2spk
+from srupp_asr.scoring.formats import FORMATS, NO_IDS_HINT, read_transcripts, read_utt2spk
 from srupp_asr.scoring.report import WORST, ReportInfo, summary_line, warnings_of, write_report
 
 
@@ -40,6 +41,10 @@ def score(
     """Score the transcripts in ``hyp`` against ``ref``; with ``out_dir``, write the report files there."""
     refs = read_transcripts(ref, fmt, "reference file")
     hyps = read_transcripts(hyp, fmt, "hypothesis file")
+    if fmt == "auto" and refs and hyps and not {r.utt_id for r in refs} & {h.utt_id for h in hyps}:
+        # Nothing pairs up: scored, every reference would be all deletions. Most often plain text, whose first
+        # words were taken as ids.
+        raise UserError(f"{hyp}: no utterance id of the hypotheses is in {ref} ({NO_IDS_HINT})")
     result = score_transcripts(refs, hyps, normalize, read_utt2spk(utt2spk) if utt2spk else None)
     if out_dir is not None:
         info = ReportInfo(name or dataset_name(hyp), str(ref), str(hyp), normalize)
@@ -104,6 +109,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--ref", required=True, help="reference transcripts")
     p.add_argument("--hyp", required=True, help="hypothesis transcripts")
     p.add_argument("--format", choices=FORMATS, default="auto", help="file format of both (default: auto-detect)")
+    p.add_argument(
+        "--no-ids",
+        dest="format",
+        action="store_const",
+        const="lines",
+        help="plain text, one utterance per line, no ids: paired by line number (= --format lines)",
+    )
     p.add_argument("--out-dir", help="write results.md, report.html, alignments and plots here")
     p.add_argument("--utt2spk", help="Kaldi utt2spk file giving the speakers (Kaldi text files have none)")
     p.add_argument("--no-normalize", action="store_true", help="score the texts as they are (no normalize_text)")
