@@ -126,6 +126,38 @@ def atomic_output(path: str | os.PathLike, temp_suffix: str | None = None) -> It
         raise
 
 
+def write_files_together(files: dict[Path, bytes]) -> None:
+    """Write several files all or nothing (a report's set): each is written to a temporary file beside it and
+    flushed to disk, and only when every one is written are they renamed over their targets. A write that fails
+    (a full disk, a quota) is a one-line UserError naming the file it was writing; the temporary files are removed
+    and no target has changed. (A crash between the renames, which touch no data, can leave some renamed.)"""
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale_temps(path.parent)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(), suffix=_temp_suffix(path))
+            temps.append((tmp, path))
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as err:
+                reason = err.strerror or err
+                raise UserError(f"{path}: cannot write ({reason}); no file of the set was changed") from None
+            os.chmod(tmp, 0o666 & ~_umask())
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise
+    for folder in {path.parent for path in files}:
+        fsync_directory(folder)
+
+
 def fsync_directory(folder: str | os.PathLike) -> None:
     """Flush ``folder``'s entries (a rename into it) to disk; a no-op where directories cannot be opened."""
     try:

@@ -380,3 +380,42 @@ def test_report_html_renders_in_headless_chromium(tmp_path):
     colors = {tuple(p) for p in pixels[::7]}
     assert (0xEE, 0xF3, 0xFB) in colors  # the CSS of the summary boxes was applied
     assert (0xD6, 0x27, 0x28) in colors  # the embedded error-type plot was decoded and drawn (substitution red)
+
+
+def _score_in_child(ref: Path, hyp: Path, out: Path, file_size_limit: int | None = None):
+    """``srupp-asr score`` in a child process, its files limited to ``file_size_limit`` bytes (a full disk:
+    past the limit write() fails with EFBIG where a full disk fails with ENOSPC)."""
+    import resource
+    import signal
+    import sys
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
+    cmd = [sys.executable, "-m", "srupp_asr.cli", "score", "--ref", str(ref), "--hyp", str(hyp), "--out-dir", str(out)]
+    preexec = limit if file_size_limit else None
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, preexec_fn=preexec)
+
+
+def test_a_report_that_the_disk_cannot_hold_names_the_file_and_leaves_the_old_report_whole(tmp_path):
+    """On a full disk ``score --out-dir`` said "No space left on device" without naming the file, and left half a
+    report (a new results.json beside the old report.html)."""
+    ref, hyp, hyp2 = tmp_path / "ref.txt", tmp_path / "hyp.txt", tmp_path / "hyp2.txt"
+    words = [f"word{i}" for i in range(40)]
+    ref.write_text("".join(f"u{i} {' '.join(words[i : i + 8])}\n" for i in range(30)))
+    hyp.write_text("".join(f"u{i} {' '.join(words[i : i + 7])}\n" for i in range(30)))
+    hyp2.write_text("".join(f"u{i} {' '.join(words[i + 1 : i + 8])} extra\n" for i in range(30)))
+    out = tmp_path / "report"
+    assert _score_in_child(ref, hyp, out).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    sizes = sorted(len(data) for data in before.values())
+    assert "report.html" in before and sizes[-1] == len(before["report.html"]) > sizes[-2]
+    # Room for every file but the largest: the old writer replaced the others, then failed on report.html.
+    proc = _score_in_child(ref, hyp2, out, file_size_limit=(sizes[-2] + sizes[-1]) // 2)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert errors == [
+        f"srupp-asr score: error: {out / 'report.html'}: cannot write (File too large); no file of the set was changed"
+    ], proc.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old report whole, no temporary file

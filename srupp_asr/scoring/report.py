@@ -18,11 +18,11 @@ from pathlib import Path
 
 from srupp_asr import __version__
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_output, atomic_write_text
+from srupp_asr.fileio import write_files_together
 from srupp_asr.scoring import plots
 from srupp_asr.scoring.align import CORRECT, DELETION, INSERTION, Alignment, Counts, fmt_rate
 from srupp_asr.scoring.analysis import LEVELS, ScoreResult, UtteranceScore
-from srupp_asr.scoring.formats import Transcript, write_trn
+from srupp_asr.scoring.formats import Transcript, trn_line
 
 TABLE_HEADER = ("Snt", "Wrd", "Corr", "Sub", "Del", "Ins", "Err", "S.Err")
 WORST = 20  # utterances shown in the HTML report
@@ -304,11 +304,6 @@ def results_json(result: ScoreResult, info: ReportInfo) -> str:
 # ---- writing everything --------------------------------------------------------------------------------------
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    with atomic_output(path) as tmp:
-        tmp.write_bytes(data)
-
-
 def write_report(
     result: ScoreResult,
     out_dir: str | os.PathLike,
@@ -348,14 +343,11 @@ def write_report(
     }
     names = [name for name, _ in pngs.values()] + list(texts) + list(files)
     _check_targets(out, names)
-    paths = {name: out / name for name in names}
-    for name, data in pngs.values():
-        _write_bytes(out / name, data)
-    for name, items in texts.items():
-        write_trn(out / name, items)
-    for name, text in files.items():
-        atomic_write_text(out / name, text)
-    return paths
+    contents = {out / name: data for name, data in pngs.values()}
+    contents |= {out / name: "".join(trn_line(t) + "\n" for t in items).encode() for name, items in texts.items()}
+    contents |= {out / name: text.encode() for name, text in files.items()}
+    write_files_together(contents)  # all or nothing: a full disk names the file and leaves the old report whole
+    return {name: out / name for name in names}
 
 
 def _check_targets(out: Path, names: list[str]) -> None:
