@@ -217,7 +217,9 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise UserError(f"{path}: {what} is not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
-def read_lines(path: str | os.PathLike, what: str = "file", max_bytes: int | None = None) -> list[str]:
+def read_lines(
+    path: str | os.PathLike, what: str = "file", max_bytes: int | None = None, max_line_chars: int | None = None
+) -> list[str]:
     """The lines of a UTF-8 text file, as Kaldi, NeMo, sclite and shells read them: a byte-order mark at the start
     (Windows editors write one) is not text, and lines end at ``\\n`` or ``\\r\\n`` only (``str.splitlines``
     would also split a line at U+2028, U+0085 or a form feed, which JSON written with ``ensure_ascii=False`` and
@@ -226,7 +228,7 @@ def read_lines(path: str | os.PathLike, what: str = "file", max_bytes: int | Non
 
     ``max_bytes`` bounds what is read (a file holding more is a UserError, read no further): with it a pipe
     (``@<(find ...)``) may be read, and an endless one (``/dev/zero``) ends at the bound instead of in a
-    MemoryError."""
+    MemoryError. ``max_line_chars`` bounds each line (a longer one is a UserError naming its line)."""
     try:
         if max_bytes is None:
             raw = Path(path).read_bytes()
@@ -246,7 +248,16 @@ def read_lines(path: str | os.PathLike, what: str = "file", max_bytes: int | Non
         line = raw.count(b"\n", 0, at) + 1
         raise UserError(f"{path}:{line}: {what} is not UTF-8 text ({err.reason} at byte {at})") from None
     lines = text.replace("\r\n", "\n").split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
+    if lines and lines[-1] == "":
+        lines.pop()
+    if max_line_chars is not None:
+        for number, line in enumerate(lines, start=1):
+            if len(line) > max_line_chars:
+                raise UserError(
+                    f"{path}:{number}: a line of {len(line):,} characters, more than the {max_line_chars:,} one line"
+                    f" of a {what} may hold (split it)"
+                )
+    return lines
 
 
 def read_yaml_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:

@@ -419,3 +419,57 @@ def test_a_report_that_the_disk_cannot_hold_names_the_file_and_leaves_the_old_re
         f"srupp-asr score: error: {out / 'report.html'}: cannot write (File too large); no file of the set was changed"
     ], proc.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old report whole, no temporary file
+
+
+def test_a_twenty_million_word_line_is_one_line_error_in_seconds(tmp_path, capsys):
+    """A 100 MB hypothesis that is one 20-million-word line ran 180 s of CPU without a result."""
+    import time
+
+    from srupp_asr.scoring.formats import MAX_TRANSCRIPT_CHARS
+
+    ref, hyp = tmp_path / "ref.txt", tmp_path / "hyp.txt"
+    ref.write_text("u1 hello world\n")
+    with open(hyp, "w") as f:
+        f.write("u1 ")
+        f.write("word " * 20_000_000)
+        f.write("\n")
+    start = time.monotonic()
+    assert main(["score", "--ref", str(ref), "--hyp", str(hyp)]) == 2
+    assert time.monotonic() - start < 60  # reading 100 MB; no alignment
+    assert capsys.readouterr().err.strip() == (
+        f"srupp-asr score: error: {hyp}:1: a line of 100,000,003 characters, more than the {MAX_TRANSCRIPT_CHARS:,}"
+        " one line of a hypothesis file may hold (split it)"
+    )
+
+
+def test_a_pair_too_long_to_align_is_one_line_naming_the_utterance_before_any_work(tmp_path, capsys):
+    from srupp_asr.scoring.align import MAX_PAIR_CELLS, TooLongToAlign
+
+    ref, hyp = tmp_path / "ref.txt", tmp_path / "hyp.txt"
+    ref.write_text("short one\nlong " + "a " * 20_000 + "\n")
+    hyp.write_text("short one\nlong " + "b " * 20_000 + "\n")
+    assert main(["score", "--ref", str(ref), "--hyp", str(hyp)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "srupp-asr score: error: utterance long: aligning 20,000 reference tokens with 20,000 hypothesis tokens needs"
+        f" 400,040,001 cells, more than the {MAX_PAIR_CELLS:,} one utterance may use (about 16,000 tokens each);"
+        " split it into shorter utterances"
+    )
+    with pytest.raises(TooLongToAlign):  # characters too: 100,000 by 100,000 characters in one word each
+        align_batch([(tuple("x" * 20_000), tuple("y" * 20_000))])
+
+
+def test_a_set_over_the_words_one_scoring_holds_is_refused_naming_the_limit(tmp_path, capsys, monkeypatch):
+    """1M utterances took about 6 GB; the totals of a set larger than MAX_SCORED_WORDS would be worse."""
+    from srupp_asr.scoring import analysis
+
+    monkeypatch.setattr(analysis, "MAX_SCORED_WORDS", 100)  # 10 million in use: the same check, smaller
+    ref, hyp = tmp_path / "ref.txt", tmp_path / "hyp.txt"
+    ref.write_text("".join(f"u{i} one two three four five\n" for i in range(10)))
+    hyp.write_text("".join(f"u{i} one two three four five six\n" for i in range(10)))
+    assert main(["score", "--ref", str(ref), "--hyp", str(hyp)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "srupp-asr score: error: 10 utterances hold 110 words (references and hypotheses), more than the 100 one"
+        " scoring holds in memory (about 2.5 GB); score the set in parts"
+    )
+    monkeypatch.setattr(analysis, "MAX_SCORED_WORDS", 110)
+    assert main(["score", "--ref", str(ref), "--hyp", str(hyp)]) == 0

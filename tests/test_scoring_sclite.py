@@ -183,3 +183,24 @@ def test_the_corpus_tells_tie_breaking_rules_apart(scored):
         assert cost == 4 * ours.substitutions + 3 * (ours.deletions + ours.insertions)  # both optimal
         differ += (other.substitutions, other.deletions) != (ours.substitutions, ours.deletions)
     assert differ >= 20
+
+
+def test_long_utterances_within_the_bounds_equal_sclite(tmp_path):
+    """The bounds (a line's characters, a pair's cells) leave long utterances to the same alignment: a 4,000-word
+    talk-length line and a 2,000-word one equal sclite's counts, by words and by characters."""
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(300)]
+    refs, hyps = [], []
+    for i, length in enumerate((4000, 2000, 5)):
+        words = [rng.choice(vocab) for _ in range(length)]
+        refs.append(f"spk{i % 2}-u{i} " + " ".join(words))
+        hyps.append(f"spk{i % 2}-u{i} " + " ".join(_edit(rng, words, vocab, 0.2)))
+    (tmp_path / "ref").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    (tmp_path / "hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    (tmp_path / "utt2spk").write_text("".join(f"{line.split()[0]} {line.split('-')[0]}\n" for line in refs))
+    files = {"ref": tmp_path / "ref", "hyp": tmp_path / "hyp", "utt2spk": tmp_path / "utt2spk"}
+    out = tmp_path / "report"
+    assert main(["score", *[f"--{k}={v}" for k, v in files.items()], "--out-dir", str(out)]) == 0
+    result = score(**files)
+    check_against_sclite(result, out, "WER")
+    check_against_sclite(result, out, "CER")

@@ -35,6 +35,21 @@ _LETTERS = np.frombuffer(b"CSDI", dtype=np.uint8)  # indexed by the back-trace c
 _C, _S, _D, _I = 0, 1, 2, 3
 _MAX_CELLS = 1 << 23  # back-pointer bytes per batch (8 MiB)
 _MAX_BATCH = 1024
+# The most cells (reference tokens + 1) x (hypothesis tokens + 1) one pair may take: its back-pointer table
+# (256 MiB) and a few seconds of CPU. About 16,000 words against 16,000; a 20-million-word line would need years.
+MAX_PAIR_CELLS = 1 << 28
+
+
+class TooLongToAlign(ValueError):
+    """A pair of token sequences whose alignment would take more than :data:`MAX_PAIR_CELLS` cells."""
+
+    def __init__(self, index: int, ref_tokens: int, hyp_tokens: int) -> None:
+        self.index, self.ref_tokens, self.hyp_tokens = index, ref_tokens, hyp_tokens
+        super().__init__(
+            f"aligning {ref_tokens:,} reference tokens with {hyp_tokens:,} hypothesis tokens needs"
+            f" {(ref_tokens + 1) * (hyp_tokens + 1):,} cells, more than the {MAX_PAIR_CELLS:,} one utterance may"
+            " use (about 16,000 tokens each); split it into shorter utterances"
+        )
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,11 @@ def align(ref: Sequence[str], hyp: Sequence[str]) -> Alignment:
 
 
 def align_batch(pairs: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[Alignment]:
-    """Align many (reference tokens, hypothesis tokens) pairs with sclite's costs; results in input order."""
+    """Align many (reference tokens, hypothesis tokens) pairs with sclite's costs; results in input order.
+    A pair over :data:`MAX_PAIR_CELLS` raises :class:`TooLongToAlign` before any work."""
+    for index, (ref, hyp) in enumerate(pairs):
+        if (len(ref) + 1) * (len(hyp) + 1) > MAX_PAIR_CELLS:
+            raise TooLongToAlign(index, len(ref), len(hyp))
     vocab: dict[str, int] = {}
 
     def encode(tokens: Sequence[str]) -> np.ndarray:

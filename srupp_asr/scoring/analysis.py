@@ -14,12 +14,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from srupp_asr.errors import UserError
 from srupp_asr.scoring.align import (
     DELETION,
     INSERTION,
     SUBSTITUTION,
     Alignment,
     Counts,
+    TooLongToAlign,
     align_batch,
     char_tokens,
     word_tokens,
@@ -30,6 +32,10 @@ from srupp_asr.text import normalize_text
 LEVELS = {"WER": "words", "CER": "chars"}  # report name -> UtteranceScore attribute
 LENGTH_BUCKETS = (1, 5, 10, 20, 40, 80)  # lower edges (reference words) of the WER-by-length buckets
 NO_SPEAKER = "(none)"
+# The most words (references and hypotheses together, normalised) one scoring holds with their word and character
+# alignments: about 2.5 GB at the peak (4.5 million words took 1.16 GB with the report). A larger set is refused
+# in one line before any alignment (it is scored in parts, or its totals summed: results.json holds the counts).
+MAX_SCORED_WORDS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,11 @@ def _most_common(counter: Counter, n: int) -> list:
     return sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
 
+def _word_count(text: str) -> int:
+    """Words of a normalised text (single spaces between words), without splitting it."""
+    return text.count(" ") + 1 if text else 0
+
+
 def score_transcripts(
     refs: Sequence[Transcript],
     hyps: Sequence[Transcript],
@@ -140,8 +151,17 @@ def score_transcripts(
         h = by_id.get(r.utt_id)
         speaker = (utt2spk or {}).get(r.utt_id) or r.speaker or (h.speaker if h else None)
         rows.append((r.utt_id, speaker, prep(r.text), prep(h.text) if h else "", h is None))
-    words = align_batch([(word_tokens(ref), word_tokens(hyp)) for _, _, ref, hyp, _ in rows])
-    chars = align_batch([(char_tokens(ref), char_tokens(hyp)) for _, _, ref, hyp, _ in rows])
+    total = sum(_word_count(ref) + _word_count(hyp) for _, _, ref, hyp, _ in rows)
+    if total > MAX_SCORED_WORDS:
+        raise UserError(
+            f"{len(rows):,} utterances hold {total:,} words (references and hypotheses), more than the"
+            f" {MAX_SCORED_WORDS:,} one scoring holds in memory (about 2.5 GB); score the set in parts"
+        )
+    try:
+        words = align_batch([(word_tokens(ref), word_tokens(hyp)) for _, _, ref, hyp, _ in rows])
+        chars = align_batch([(char_tokens(ref), char_tokens(hyp)) for _, _, ref, hyp, _ in rows])
+    except TooLongToAlign as err:
+        raise UserError(f"utterance {rows[err.index][0]}: {err}") from None
     return ScoreResult(
         [UtteranceScore(i, s, r, h, w, c, m) for (i, s, r, h, m), w, c in zip(rows, words, chars, strict=True)],
         missing=[i for i, _, _, _, m in rows if m],

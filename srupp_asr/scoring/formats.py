@@ -25,6 +25,7 @@ FORMATS = ("auto", "kaldi", "trn", "jsonl", "lines")
 # What a Kaldi-looking file that is really plain text (its first words taken as ids) is told.
 NO_IDS_HINT = "plain text with one utterance per line and no ids? score it with --no-ids"
 _ID_KEYS = ("id", "utt_id")
+MAX_TRANSCRIPT_CHARS = 1_000_000  # one line's (about 150,000 words); longer is refused before it is split
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "tr
     """The transcripts of a Kaldi text / trn / JSON-lines file, in file order (ids unique, file not empty)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown transcript format {fmt!r}; expected one of {FORMATS}")
-    lines = read_lines(path, what)
+    lines = read_lines(path, what, max_line_chars=MAX_TRANSCRIPT_CHARS)  # a 100 MB line is not one utterance
     numbered = [(i, line) for i, line in enumerate(lines, start=1) if line.strip()]
     if not numbered:
         raise UserError(f"{path}: {what} holds no transcripts")
