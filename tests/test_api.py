@@ -77,6 +77,17 @@ def test_samples_in_memory_give_the_files_transcript(loaded, utts):
     assert [t.path for t in listed] == ["samples-1", "samples-2"] and listed[0].text == text
 
 
+def test_long_samples_are_decoded_in_chunks_as_the_file_is(loaded, utts):
+    """Samples longer than the chunk budget take the long-recording path, read from memory like a file."""
+    wav, _ = utts[0]
+    samples = sf.read(wav, dtype="float32")[0]
+    options = {**GREEDY, "max_chunk_seconds": 1.0}
+    from_file = loaded.transcribe(wav, **options)
+    from_samples = loaded.transcribe(samples, sample_rate=SAMPLE_RATE, **options)
+    assert len(from_samples.chunks) > 1 and from_samples.chunks == from_file.chunks
+    assert _words(from_samples) == _words(from_file) and from_samples.text
+
+
 def test_bad_samples_are_one_line_errors_and_the_others_go_on(loaded, utts):
     samples = sf.read(utts[0][0], dtype="float32")[0]
     with pytest.raises(UserError, match=r"^samples-1: audio given as samples needs its sample_rate"):
