@@ -129,8 +129,8 @@ def _most_common(counter: Counter, n: int) -> list:
 
 
 def _word_count(text: str) -> int:
-    """Words of a normalised text (single spaces between words), without splitting it."""
-    return text.count(" ") + 1 if text else 0
+    """Words of a text (one line at a time: the lists are dropped at once)."""
+    return len(text.split())
 
 
 def score_transcripts(
@@ -143,20 +143,23 @@ def score_transcripts(
 
     Speakers come from ``utt2spk`` when given, else from the reference (or, failing that, the hypothesis) file.
     """
-    prep = normalize_text if normalize else (lambda s: " ".join(s.split()))
     by_id = {h.utt_id: h for h in hyps}
+    # Checked on the texts as read (before normalising, the slow part): a set over the bound is refused at once.
+    total = sum(_word_count(t.text) for t in refs) + sum(
+        _word_count(by_id[r.utt_id].text) for r in refs if r.utt_id in by_id
+    )
+    if total > MAX_SCORED_WORDS:
+        raise UserError(
+            f"{len(refs):,} utterances hold {total:,} words (references and hypotheses), more than the"
+            f" {MAX_SCORED_WORDS:,} one scoring holds in memory (about 2.5 GB); score the set in parts"
+        )
+    prep = normalize_text if normalize else (lambda s: " ".join(s.split()))
     ref_ids = {r.utt_id for r in refs}
     rows = []
     for r in refs:
         h = by_id.get(r.utt_id)
         speaker = (utt2spk or {}).get(r.utt_id) or r.speaker or (h.speaker if h else None)
         rows.append((r.utt_id, speaker, prep(r.text), prep(h.text) if h else "", h is None))
-    total = sum(_word_count(ref) + _word_count(hyp) for _, _, ref, hyp, _ in rows)
-    if total > MAX_SCORED_WORDS:
-        raise UserError(
-            f"{len(rows):,} utterances hold {total:,} words (references and hypotheses), more than the"
-            f" {MAX_SCORED_WORDS:,} one scoring holds in memory (about 2.5 GB); score the set in parts"
-        )
     try:
         words = align_batch([(word_tokens(ref), word_tokens(hyp)) for _, _, ref, hyp, _ in rows])
         chars = align_batch([(char_tokens(ref), char_tokens(hyp)) for _, _, ref, hyp, _ in rows])
