@@ -137,7 +137,7 @@ def test_the_synth_en_recipe_scores_the_real_dev_sets_beside_the_synthetic_ones(
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
     def run(*args: str) -> str:
-        out = subprocess.run(["bash", str(RUN), *common, *args], capture_output=True, text=True, timeout=600, env=env)
+        out = subprocess.run(["bash", str(RUN), *common, *args], capture_output=True, text=True, timeout=1200, env=env)
         assert out.returncode == 0, out.stderr[-3000:]
         return out.stdout + out.stderr
 
@@ -168,3 +168,27 @@ def test_the_synth_en_recipe_scores_the_real_dev_sets_beside_the_synthetic_ones(
         "none",
     )
     assert "no real speech (--real-dev" in log and "scoring the synthetic sets only" in log
+
+
+def test_the_ablation_mixes_hold_every_real_cut_and_an_equal_share_of_synthetic_audio(rs, tmp_path):
+    from srupp_asr.prepare import import_table, save_splits
+    from tests.test_prepare import write_tone
+
+    def corpus(name: str, count: int, seconds: float) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        for k in range(count):
+            write_tone(folder / f"{name}{k}.wav", seconds)
+        (folder / "t.tsv").write_text("path\ttext\n" + "".join(f"{name}{k}.wav\tword\n" for k in range(count)))
+        (path,) = save_splits(import_table(folder / "t.tsv"), folder)
+        return path
+
+    words, digits, synth = corpus("words", 6, 1.0), corpus("digits", 3, 0.5), corpus("synth", 2, 1.5)
+    real = load_cuts(rs.training_mix("real", [words, digits], None, tmp_path / "real.jsonl.gz"))
+    assert sorted(c.id for c in real) == sorted([f"words{k}" for k in range(6)] + [f"digits{k}" for k in range(3)])
+    mixed = list(load_cuts(rs.training_mix("real+synth", [words, digits], synth, tmp_path / "mix.jsonl.gz")))
+    synthetic = [c for c in mixed if c.id.startswith("synth")]
+    assert len(mixed) == 9 + len(synthetic) and len({c.id for c in mixed}) == len(mixed)
+    assert sum(c.duration for c in synthetic) == 6.0  # 7.5 s of real audio: 3 s of synthetic repeated twice
+    with pytest.raises(ValueError, match="unknown mix"):
+        rs.training_mix("synth", [words], synth, tmp_path / "x.jsonl.gz")
