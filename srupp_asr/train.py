@@ -321,6 +321,9 @@ def asr_lightning_cli() -> type[LightningCLI]:
                 option = f"trainer.{name[1]}" if name else "trainer"
                 raise ConfigValueError(option, f"is refused: {first_line(err)}") from None
             trainer.callbacks.append(stop_checkpoint_class()())
+            from srupp_asr.progress import use_run_progress_bar
+
+            use_run_progress_bar(trainer)  # one bar over the run, with its ETA (on a terminal)
             return trainer
 
         def _parse_ckpt_path(self) -> None:
@@ -406,6 +409,9 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
     from srupp_asr.lightning_module import ASRLightningModule
 
     argv = resolve_config_args(argv)  # --config tiny_cpu: a shipped config by name, from any directory
+    from srupp_asr.progress import quiet_lightning
+
+    quiet_lightning()  # no "Tip: try litlogger" advert, no known deprecation warnings
     # sys.argv stays as it is (DDP's launcher re-runs it for the other ranks), so LightningCLI sees both.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
     configs = _config_paths(argv)
