@@ -18,7 +18,8 @@ Prints a markdown table (WER % per set and system). Without the real data it pri
 (``--minutes``) on one training mix, exports its last weights and is scored on the real dev sets like the built-in
 model (the first row, no training). The mixes are made with lhotse ``CutSet.mux`` (interleaved by weight):
 
-- ``real``: the real train splits (Speech Commands and FSDD; other speakers than their dev splits);
+- ``real``: the real train splits (Speech Commands: other speakers than its dev split; FSDD: the other takes of
+  the same 5 speakers);
 - ``real+synth``: those and a synthetic corpus (``--synth DIR``, made by ``srupp-asr synth-corpus``) repeated to an
   equal share of audio.
 
