@@ -26,12 +26,14 @@ The score of ``c`` is ``psi(g + c) - psi(g)``, so a hypothesis' accumulated CTC 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from srupp_asr.decoder import TransformerDecoder
+from srupp_asr.encoders import sinusoidal_positions
 from srupp_asr.lm import SRUppLM
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID
 from srupp_asr.sru import LayerState
@@ -66,18 +68,24 @@ class _DecoderState:
     utterances: torch.Tensor  # (N,)
     memory_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, each row's cross-attention keys and values
     memory_lens: torch.Tensor  # (N,)
-    cache: list[torch.Tensor] | None  # TransformerDecoder.score_step's cache
+    self_kv: list[tuple[torch.Tensor, torch.Tensor]] | None  # per layer, the self-attention keys and values so far
 
 
 class DecoderScorer:
-    """The attention decoder as a full scorer, decoding incrementally with its layer cache; the encoder memory's
-    cross-attention keys and values are projected once per utterance, not at every step."""
+    """The attention decoder as a full scorer, decoding incrementally: each step runs the last position only, with
+    every layer's self-attention keys and values of the earlier positions kept (a key-value cache, so a step costs
+    the same at any prefix length but for the attention itself); the encoder memory's cross-attention keys and
+    values are projected once per utterance, not at every step.
+
+    It computes what :meth:`~srupp_asr.decoder.TransformerDecoder.score_step` computes (a test compares them):
+    in the pre-LayerNorm decoder a layer's keys and values at a position depend only on the positions up to it."""
 
     full = True
 
     def __init__(self, decoder: TransformerDecoder, memory: torch.Tensor, memory_lens: torch.Tensor) -> None:
         self.decoder, self.memory_lens = decoder, memory_lens.to(memory.device)
         self.memory_kv = decoder.memory_kv(memory)
+        self.frames = memory.shape[1]
 
     def init_state(self, utterances: torch.Tensor) -> _DecoderState:
         """Each row's copy of its utterance's memory keys and values, and no cache yet."""
@@ -87,21 +95,57 @@ class DecoderScorer:
     def score(
         self, state: _DecoderState, ys: torch.Tensor, candidates: torch.Tensor | None
     ) -> tuple[torch.Tensor, Any]:
-        """``log P_att(token | ys, memory)`` ``(N, V)`` and the decoder's new cache."""
-        log_probs, cache = self.decoder.score_step(None, state.memory_lens, ys, state.cache, state.memory_kv)
-        return log_probs.float(), cache
+        """``log P_att(token | ys, memory)`` ``(N, V)`` and the self-attention keys and values with ``ys``'s last
+        position added."""
+        dec = self.decoder
+        N, u = ys.shape
+        positions = sinusoidal_positions(u, dec.d_model, ys.device)[-1:]
+        x = dec.embed(ys[:, -1:]) * math.sqrt(dec.d_model)
+        x = x + positions.to(x.dtype)
+        # Frames past each row's memory length count for nothing (a memory with no frames attends everywhere).
+        valid = torch.arange(self.frames, device=ys.device)[None, :] < state.memory_lens[:, None]
+        memory_bias = torch.zeros(valid.shape, device=ys.device, dtype=x.dtype)
+        memory_bias = memory_bias.masked_fill(~(valid | ~valid.any(1, keepdim=True)), NEG_INF)[:, None, None, :]
+        past = state.self_kv if state.self_kv is not None else [None] * len(dec.layers)
+        self_kv = []
+        for layer, cached, kv in zip(dec.layers, past, state.memory_kv, strict=True):
+            attn = layer.self_attn
+            normed = layer.norm_self(x)
+            q = attn._split(attn.wq(normed))
+            k, v = attn.project_kv(normed)
+            if cached is not None:
+                k, v = torch.cat([cached[0], k], 2), torch.cat([cached[1], v], 2)
+            self_kv.append((k, v))
+            h = x + attn.wo(_attend(q, k, v).transpose(1, 2).reshape(N, 1, dec.d_model))
+            cross = layer.cross_attn
+            q = cross._split(cross.wq(layer.norm_cross(h)))
+            h = h + cross.wo(_attend(q, *kv, memory_bias).transpose(1, 2).reshape(N, 1, dec.d_model))
+            x = h + layer.ffn(layer.norm_ffn(h))
+        return dec.output(dec.final_norm(x[:, -1])).log_softmax(-1).float(), self_kv
 
     def select(
         self, state: _DecoderState, rows: torch.Tensor, tokens: torch.Tensor | None, pending: Any
     ) -> _DecoderState:
         """Reorder the cache (and, when rows move between utterances, the memory keys and values) by ``rows``."""
-        cache = pending if tokens is not None else state.cache
+        cache = pending if tokens is not None else state.self_kv
         utterances = state.utterances[rows]
         if utterances.shape == state.utterances.shape and torch.equal(utterances, state.utterances):
             kv, memory_lens = state.memory_kv, state.memory_lens  # reordered within utterances only
         else:
             kv, memory_lens = [(k[rows], v[rows]) for k, v in state.memory_kv], state.memory_lens[rows]
-        return _DecoderState(utterances, kv, memory_lens, None if cache is None else [c[rows] for c in cache])
+        self_kv = None if cache is None else [(k[rows], v[rows]) for k, v in cache]
+        return _DecoderState(utterances, kv, memory_lens, self_kv)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Scaled dot-product attention of one query position ``q`` ``(N, heads, 1, d)`` over ``k``, ``v``
+    ``(N, heads, L, d)`` (``bias`` added to the scores), as two batched matrix products: on CPU, several times
+    faster for a single query than ``scaled_dot_product_attention`` with a mask."""
+    # k @ q^T reads the keys as they lie (q @ k^T would copy them transposed at every step)
+    scores = torch.matmul(k, q.transpose(-1, -2)).transpose(-1, -2) * (q.shape[-1] ** -0.5)
+    if bias is not None:
+        scores = scores + bias
+    return torch.matmul(scores.softmax(-1), v)
 
 
 class LMScorer:
@@ -136,7 +180,8 @@ class LMScorer:
 @dataclass
 class _CTCState:
     utterances: torch.Tensor  # (N,)
-    r: torch.Tensor  # (T + 1, 2, N): r_{t-1}^n, r_{t-1}^b of each prefix at index t = 0..T
+    r: torch.Tensor  # (hi - lo, 2, N): r_{t-1}^n, r_{t-1}^b of each prefix at index t = lo..hi-1 (-inf elsewhere)
+    lo: int  # the window: index t (frame t - 1) of the first column of r
     psi: torch.Tensor  # (N,) log prefix probability of each prefix
     last: torch.Tensor  # (N,) each prefix's last token, -1 for the bare <sos/eos>
 
@@ -144,30 +189,84 @@ class _CTCState:
 @dataclass
 class _CTCPending:
     candidates: torch.Tensor  # (N, K)
-    r: torch.Tensor  # (T + 1, 2, N, K)
+    r: torch.Tensor  # (F, 2, N, K): r_{t-1}^n, r_{t-1}^b of each extension at index t = lo..lo+F-1
+    lo: int
+    peak: torch.Tensor  # (N, K) the largest log(r^n + r^b) of each extension over its frames
     psi: torch.Tensor  # (N, K)
 
 
+WINDOW_THRESHOLD = 40.0  # nats below its own peak at which a prefix's forward variables count as zero
+WINDOW_BLOCK = 8  # frames computed between two checks of whether every extension's window has ended
+
+
 class CTCPrefixScorer:
-    """CTC prefix scores of candidate tokens (a partial scorer), all hypotheses and candidates at once."""
+    """CTC prefix scores of candidate tokens (a partial scorer), all hypotheses and candidates at once, each prefix
+    computed over a window of frames only.
+
+    The window of a prefix is the stretch of frames where its forward variables ``r^n + r^b`` lie within
+    ``window_threshold`` nats of their largest value (a beam over frames, as a Viterbi beam prunes states): the
+    frames where the prefix can have ended. An extension's frames start where its prefix' window starts and run on
+    while its own forward variables have not fallen that far below their peak. Past the prefix' window no new
+    emission feeds them, so from there they can only fall (each frame multiplies them by at most
+    ``P(c) + P(blank) <= 1``): the first frame below the threshold ends the window for good. Frames before the
+    window and after it count as probability 0 (-inf). So a step costs the width of the window (a few frames per
+    token on speech, the length of a pause in a pause), not the length of the utterance, and what is pruned is at
+    least ``e^-window_threshold`` times smaller than the prefix' best frame. ``window_threshold=inf`` keeps every
+    frame (the exact, unwindowed scorer)."""
 
     full = False
 
-    def __init__(self, log_probs: torch.Tensor, lengths: torch.Tensor, eos: int = SOS_EOS_ID) -> None:
+    def __init__(
+        self,
+        log_probs: torch.Tensor,
+        lengths: torch.Tensor,
+        eos: int = SOS_EOS_ID,
+        window_threshold: float = WINDOW_THRESHOLD,
+    ) -> None:
         _, T, _ = log_probs.shape
-        self.eos, self.T = eos, T
+        if not window_threshold > 0:  # (nan too)
+            raise ValueError(f"window_threshold must be > 0, got {window_threshold}")
+        self.eos, self.T, self.threshold = eos, T, float(window_threshold)
         self.lengths = lengths.to(log_probs.device)
         self.log_probs = log_probs.float()
+        # Cumulative log-probabilities over frames (index t: the sum over frames before t), in float64 so that
+        # differences of large sums stay exact: the ending score of a prefix whose window ended (see _end_scores).
+        self.cumulative = torch.nn.functional.pad(log_probs.double().cumsum(1), (0, 0, 1, 0))
+        #: frames computed by the last score() (one per frame, however many hypotheses): for tests and benchmarks
+        self.frames_computed = 0
 
     def init_state(self, utterances: torch.Tensor) -> _CTCState:
         """The bare prefix: all-blank paths, ``r_{t-1}^b`` the blank's cumulative log-probability, prefix
-        probability 1."""
+        probability 1 (windowed like any prefix)."""
         N, device = utterances.shape[0], utterances.device
         r = torch.full((self.T + 1, 2, N), NEG_INF, device=device)
         r[0, 1] = 0.0
         r[1:, 1] = self.log_probs[utterances, :, BLANK_ID].cumsum(1).T
+        past_end = torch.arange(self.T + 1, device=device)[:, None] > self.lengths[utterances][None, :]
+        r[:, 1].masked_fill_(past_end, NEG_INF)
+        r, lo = self._window(r[:, :, :, None], 0)
         psi = torch.zeros(N, device=device)
-        return _CTCState(utterances, r, psi, torch.full((N,), -1, dtype=torch.long, device=device))
+        return _CTCState(utterances, r[..., 0], lo, psi, torch.full((N,), -1, dtype=torch.long, device=device))
+
+    def _window(self, r: torch.Tensor, lo: int, peak: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+        """``r`` ``(F, 2, N, K)`` (index ``lo`` first) with each column's frames outside its window set to -inf,
+        cut to the union of the windows; and the index of its first row."""
+        if self.threshold == float("inf") or r.shape[0] == 0:
+            return r, lo
+        mass = torch.logaddexp(r[:, 0], r[:, 1])  # (F, N, K)
+        if peak is None:
+            peak = mass.amax(0)
+        keep = mass >= (peak - self.threshold)[None]
+        keep &= peak[None] > NEG_INF
+        index = torch.arange(r.shape[0], device=r.device)[:, None, None]
+        first = torch.where(keep, index, r.shape[0]).amin(0)  # (N, K) each column's window
+        last = torch.where(keep, index, -1).amax(0)
+        inside = (index >= first[None]) & (index <= last[None])
+        r = r.masked_fill(~inside[:, None], NEG_INF)
+        if not bool(keep.any()):
+            return r[:0], lo
+        a, b = int(first.min()), int(last.max()) + 1
+        return r[a:b], lo + a
 
     def score(self, state: _CTCState, ys: torch.Tensor, candidates: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
         """``psi(g + c) - psi(g)`` ``(N, K)`` for the candidates ``c`` of each prefix ``g`` (``<sos/eos>`` ends it)."""
@@ -175,39 +274,119 @@ class CTCPrefixScorer:
             raise ValueError("the CTC prefix scorer scores candidate tokens only")
         utt = state.utterances
         N, K = candidates.shape
+        device = utt.device
         lengths = self.lengths[utt]
         T = int(lengths.max())  # frames past every row's utterance are never needed
+        lo, hi = state.lo, state.lo + state.r.shape[0]  # g's window: indices lo..hi-1
         # h = g + c has len(g) + 1 tokens: r_t^n(h) = -inf before frame len(g), r_t^b(h) one frame later, and
-        # phi_{t-1} = -inf before frame len(g) too: only frames from len(g) on are computed.
-        start = ys.shape[1] - 1
-        frames = torch.arange(start, T, device=utt.device)
-        x = self.log_probs[utt[None, :, None], frames[:, None, None], candidates[None, :, :]]  # x_t(c): (F, N, K)
-        x_blank = self.log_probs[utt[None, :], frames[:, None], BLANK_ID][:, :, None].expand_as(x)
-        r_n, r_b = state.r[start:T, 0], state.r[start:T, 1]  # r_{t-1}(g): index t holds frame t - 1
+        # phi_{t-1} = -inf before frame len(g) and outside g's window: only frames from there on are computed.
+        start = max(ys.shape[1] - 1, lo)
+        stop = min(hi, T)  # phi is -inf from index hi on
         same = (candidates == state.last[:, None])[None]
-        phi = torch.where(same, r_b[:, :, None], torch.logaddexp(r_n, r_b)[:, :, None])  # phi_{t-1}: (F, N, K)
+        if start < stop:
+            r_n, r_b = state.r[start - lo : stop - lo, 0], state.r[start - lo : stop - lo, 1]
+            phi = torch.where(same, r_b[:, :, None], torch.logaddexp(r_n, r_b)[:, :, None])  # phi_{t-1}: (F, N, K)
+        else:
+            phi = torch.full((0, N, K), NEG_INF, device=device)
+        blocks, psi_parts = [], []
         # One buffer per frame t holds (phi_{t-1}, r_{t-1}^n(h), r_{t-1}^b(h)), so that both recursions are one
         # log-add-exp of two adjacent slices: (r^n, r^b)_t = logaddexp((r^n, r^b)_{t-1}, (phi, r^n)_{t-1}) + x_t.
-        z = torch.full((self.T + 1, 3, N, K), NEG_INF, device=utt.device)
-        z[start:T, 0] = phi
-        both_x = torch.stack([x, x_blank], 1).unbind(0)
-        rs, phis = [zt[1:] for zt in z], [zt[:2] for zt in z]  # views made once, not per frame
-        for t in range(start, T):
-            torch.logaddexp(rs[t], phis[t], out=rs[t + 1])
-            rs[t + 1].add_(both_x[t - start])
-        past_end = frames[:, None] >= lengths[None, :]  # (F, N)
-        psi = torch.logsumexp((phi + x).masked_fill(past_end[:, :, None], NEG_INF), 0)
-        # <sos/eos>: the probability of exactly g, read at each utterance's last frame.
-        end = lengths[None, None, :].expand(2, 1, N)
-        psi_end = torch.logsumexp(state.r.permute(1, 0, 2).gather(1, end), 0)  # (1, N)
-        psi = torch.where(candidates == self.eos, psi_end.T, psi)
+        carry = torch.full((2, N, K), NEG_INF, device=device)  # (r^n, r^b) at index start: h not emitted yet
+        peak = torch.full((N, K), NEG_INF, device=device)
+        t = start
+        while t < T and start < stop:  # (g's window ended before h could start: h is impossible)
+            end = min(max(stop, t + WINDOW_BLOCK), T) if t < stop else min(t + WINDOW_BLOCK, T)
+            frames = torch.arange(t, end, device=device)
+            x = self.log_probs[utt[None, :, None], frames[:, None, None], candidates[None, :, :]]  # (F, N, K)
+            x_blank = self.log_probs[utt[None, :], frames[:, None], BLANK_ID][:, :, None].expand_as(x)
+            z = torch.full((end - t + 1, 3, N, K), NEG_INF, device=device)
+            z[0, 1:] = carry
+            block_phi = phi[t - start : end - start] if t < stop else None
+            if block_phi is not None:
+                z[: block_phi.shape[0], 0] = block_phi
+            both_x = torch.stack([x, x_blank], 1).unbind(0)
+            rs, phis = [zt[1:] for zt in z], [zt[:2] for zt in z]  # views made once, not per frame
+            for i in range(end - t):
+                torch.logaddexp(rs[i], phis[i], out=rs[i + 1])
+                rs[i + 1].add_(both_x[i])
+            past_end = frames[:, None] >= lengths[None, :]  # (F, N)
+            if block_phi is not None:
+                F_phi = block_phi.shape[0]
+                psi_parts.append((block_phi + x[:F_phi]).masked_fill(past_end[:F_phi, :, None], NEG_INF))
+            r = z[1:, 1:].masked_fill(past_end[:, None, :, None], NEG_INF)  # indices t+1..end
+            blocks.append(r)
+            mass = torch.logaddexp(r[:, 0], r[:, 1])
+            peak = torch.maximum(peak, mass.amax(0))
+            carry = z[-1, 1:]
+            t = end
+            # Past g's window the forward variables only fall: done once every column is below its threshold.
+            alive = (mass[-1] >= peak - self.threshold) & (peak > NEG_INF)
+            if t >= stop and self.threshold != float("inf") and not bool(alive.any()):
+                break
+        self.frames_computed = t - start
+        psi = torch.full((N, K), NEG_INF, device=device)
+        if psi_parts:
+            psi = torch.logsumexp(torch.cat(psi_parts), 0)
+        # <sos/eos>: the probability of exactly g, read at each utterance's last frame (index lengths).
+        psi_end = self._end_scores(state, lengths)
+        psi = torch.where(candidates == self.eos, psi_end[:, None], psi)
         delta = torch.where(state.psi[:, None] > NEG_INF, psi - state.psi[:, None], NEG_INF)
-        return delta, _CTCPending(candidates, z[:, 1:], psi)
+        r = torch.cat(blocks) if blocks else torch.full((0, 2, N, K), NEG_INF, device=device)
+        return delta, _CTCPending(candidates, r, start + 1, peak, psi)
+
+    def _end_scores(self, state: _CTCState, lengths: torch.Tensor) -> torch.Tensor:
+        """``log(r^n + r^b)`` of each prefix at its utterance's last frame ``(N,)``: the probability of exactly the
+        prefix (its ``<sos/eos>`` score).
+
+        Where the prefix' window ended before the last frame, its forward variables are carried on from the window's
+        last frame ``e`` with no new emission (as the window prunes them), in closed form: staying in the last token
+        ``c`` to the end, or in it up to a frame ``s`` and blank from there on::
+
+            r_L^n = r_e^n + X_c(e, L)
+            r_L^b = logaddexp(r_e^b + X_blank(e, L), logsumexp_{e <= s < L} (r_e^n + X_c(e, s) + X_blank(s, L)))
+
+        with ``X_k(a, b)`` the summed log-probability of ``k`` over frames ``a..b-1`` (differences of the float64
+        cumulative sums). So a hypothesis can always end (the search's maximum length forces it to), with the
+        score the unwindowed scorer gives it up to what the window pruned."""
+        N, device = lengths.shape[0], lengths.device
+        F = state.r.shape[0]
+        if F == 0:
+            return torch.full((N,), NEG_INF, device=device)
+        rows = torch.arange(N, device=device)
+        mass = torch.logaddexp(state.r[:, 0], state.r[:, 1])  # (F, N)
+        index = torch.arange(F, device=device)[:, None]
+        last = torch.where(mass > NEG_INF, index, -1).amax(0)  # each row's last frame in its window, -1: none
+        offset = lengths - state.lo  # where the last frame lies in the window
+        inside = (offset >= 0) & (offset <= last)
+        at_end = state.r[offset.clamp(0, F - 1), :, rows]  # (N, 2)
+        direct = torch.logsumexp(at_end, 1)
+        # Carried on from index e = lo + last (frame e - 1) to index L = lengths (frame L - 1): frames e..L-1.
+        e = (state.lo + last.clamp(min=0)).clamp(max=self.T)
+        n_e, b_e = state.r[last.clamp(min=0), 0, rows].double(), state.r[last.clamp(min=0), 1, rows].double()
+        token = torch.where(state.last >= 0, state.last, BLANK_ID)
+        frames = torch.arange(self.T + 1, device=device)[None, :]
+        cum_c = self.cumulative[state.utterances[:, None], frames, token[:, None]]  # (N, T + 1)
+        cum_b = self.cumulative[state.utterances, :, BLANK_ID]
+        at = lambda c, t: c.gather(1, t[:, None])[:, 0]  # noqa: E731
+        stay = n_e + at(cum_c, lengths) - at(cum_c, e)
+        s = torch.arange(self.T + 1, device=device)[None, :]
+        switch = (cum_c - cum_b).masked_fill((s < e[:, None]) | (s >= lengths[:, None]), NEG_INF).logsumexp(1)
+        blank = torch.logaddexp(
+            b_e + at(cum_b, lengths) - at(cum_b, e), n_e - at(cum_c, e) + at(cum_b, lengths) + switch
+        )
+        # (After a -inf log-probability, a broken model's, differences of sums are NaN: counted as impossible.)
+        carried = torch.logaddexp(stay, blank).nan_to_num(nan=NEG_INF).float()
+        carried = torch.where((last >= 0) & (offset > last), carried, NEG_INF)
+        return torch.where(inside, direct, carried)
 
     def select(self, state: _CTCState, rows: torch.Tensor, tokens: torch.Tensor | None, pending: Any) -> _CTCState:
-        """The forward variables of the chosen extensions (or of ``rows`` unchanged, ``tokens`` None)."""
+        """The forward variables of the chosen extensions (or of ``rows`` unchanged, ``tokens`` None), cut to their
+        windows."""
         utterances = state.utterances[rows]
         if tokens is None:
-            return _CTCState(utterances, state.r[:, :, rows], state.psi[rows], state.last[rows])
+            return _CTCState(utterances, state.r[:, :, rows], state.lo, state.psi[rows], state.last[rows])
         column = (pending.candidates[rows] == tokens[:, None]).int().argmax(1)
-        return _CTCState(utterances, pending.r[:, :, rows, column], pending.psi[rows, column], tokens)
+        r = pending.r[:, :, rows, column]
+        peak = pending.peak[rows, column]
+        r, lo = self._window(r[..., None], pending.lo, peak[:, None])
+        return _CTCState(utterances, r[..., 0], lo, pending.psi[rows, column], tokens)
