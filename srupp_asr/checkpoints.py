@@ -124,6 +124,13 @@ def model_checkpoint_class() -> type:
     return ResumableModelCheckpoint
 
 
+def __getattr__(name: str) -> Any:
+    """``srupp_asr.checkpoints.ResumableModelCheckpoint`` by name (pickle, e.g. DDP spawn, looks classes up so)."""
+    if name == "ResumableModelCheckpoint":
+        return model_checkpoint_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class AtomicCheckpointIO(CheckpointIO):
     """Lightning ``CheckpointIO``: atomic, fsynced checkpoint files; ``weights_only`` loading with one-line errors."""
 

@@ -303,3 +303,17 @@ def test_periodic_checkpoints_go_on_after_a_mid_epoch_resume(corpus, overrides, 
     names = sorted(p.name for p in (root / "checkpoints").glob("*.ckpt"))
     assert not [n for n in names if "-v1" in n], names
     assert load_checkpoint(root / "checkpoints" / "last.ckpt")["global_step"] == total
+
+
+def test_the_resumable_checkpoint_callback_keeps_lightnings_state_key_and_pickles():
+    """Its state key is Lightning's, so earlier runs resume and ``average`` reads the scores; pickle (DDP spawn)
+    finds the class by name."""
+    import pickle
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from srupp_asr.checkpoints import model_checkpoint_class
+
+    ours = model_checkpoint_class()(monitor="valid/loss", every_n_train_steps=2)
+    assert ours.state_key == ModelCheckpoint(monitor="valid/loss", every_n_train_steps=2).state_key
+    assert type(pickle.loads(pickle.dumps(ours))) is model_checkpoint_class()
