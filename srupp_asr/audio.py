@@ -1,4 +1,10 @@
-"""Audio loading: decode a file with soundfile, mix down to mono, resample to 16 kHz.
+"""Audio loading: decode a file with soundfile (or PyAV for what libsndfile cannot read), mix down to mono,
+resample to 16 kHz.
+
+Files libsndfile cannot open whose first bytes name a container FFmpeg reads and libsndfile does not (MP4/M4A/3GP,
+Matroska/WebM, AAC, WMA, AMR, AC-3; Ogg with other codecs) are decoded with PyAV (``av``, FFmpeg's libraries in
+its wheel), whole, into memory: :class:`_AvFile`. Anything else keeps libsndfile's one-line error, so random bytes
+are never "decoded" by FFmpeg's lenient probing.
 
 Everything the model hears goes through :func:`prepare_waveform`, so a file given to ``transcribe``
 and a lhotse cut seen in training become the same kind of tensor.
@@ -28,12 +34,13 @@ import soundfile as sf
 import torch
 import torchaudio.transforms
 
-from srupp_asr.errors import UserError
+from srupp_asr.errors import UserError, first_line
 
 SAMPLE_RATE = 16000
 # File name endings of the formats soundfile decodes (lower case); directories are searched for these.
 AUDIO_EXTENSIONS = (
     ".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au", ".w64", ".rf64", ".caf", ".sph",
+    ".m4a", ".m4b", ".mp4", ".3gp", ".mov", ".webm", ".mka", ".mkv", ".aac", ".wma", ".amr", ".ac3",  # PyAV
 )  # fmt: skip
 
 # Containers whose frame count libsndfile estimates rather than reads from a header (MP3 without a
@@ -140,7 +147,9 @@ class AudioReader:
             with _native_stderr_silenced():
                 self._file = sf.SoundFile(os.fsencode(self.path))
         except sf.LibsndfileError as err:
-            raise UserError(f"{self.path}: not a readable audio file ({_libsndfile_reason(err)})") from None
+            if not _ffmpeg_container(self.path):
+                raise UserError(f"{self.path}: not a readable audio file ({_libsndfile_reason(err)})") from None
+            self._file = _AvFile(self.path)  # MP4/M4A, WebM, AAC, ...: FFmpeg's decoders through PyAV
         except sf.SoundFileError as err:
             raise UserError(f"{self.path}: not a readable audio file ({err})") from None
         try:
@@ -380,6 +389,104 @@ class SamplesReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# First bytes of containers FFmpeg reads and libsndfile does not: (offset, bytes).
+_FFMPEG_MAGIC = (
+    (4, b"ftyp"),  # ISO base media: MP4, M4A, 3GP, MOV
+    (0, b"\x1a\x45\xdf\xa3"),  # Matroska, WebM
+    (0, b"\xff\xf1"),  # AAC in ADTS frames (MPEG-4)
+    (0, b"\xff\xf9"),  # AAC in ADTS frames (MPEG-2)
+    (0, b"\x30\x26\xb2\x75\x8e\x66\xcf\x11"),  # ASF: WMA
+    (0, b"#!AMR"),  # AMR
+    (0, b"\x0b\x77"),  # AC-3
+    (0, b"OggS"),  # Ogg with a codec libsndfile lacks (Speex, FLAC in Ogg on old builds)
+)
+
+
+def _ffmpeg_container(path: str) -> bool:
+    """Whether ``path`` begins like a container that :class:`_AvFile` should try (see :data:`_FFMPEG_MAGIC`)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return False
+    return any(head[at : at + len(magic)] == magic for at, magic in _FFMPEG_MAGIC)
+
+
+class _AvFile:
+    """An audio file decoded whole by PyAV (FFmpeg), read through the subset of ``soundfile.SoundFile`` that
+    :class:`AudioReader` uses (``samplerate``, ``channels``, ``frames``, ``format``, ``seek``, ``read``): the first
+    audio stream, as float32 at its own rate. Every problem is a one-line UserError naming the file. Memory: the
+    whole decoded stream (an hour of 48 kHz stereo is 1.4 GB)."""
+
+    format = "FFMPEG"
+    extra_info = ""
+
+    def __init__(self, path: str) -> None:
+        try:
+            import av
+        except ImportError:  # a broken install: av is in install_requires
+            raise UserError(f"{path}: not a readable audio file (its format needs PyAV: pip install av)") from None
+        self.name = path
+        pieces: list[np.ndarray] = []
+        try:
+            with av.open(path, metadata_errors="ignore") as container:
+                stream = next((s for s in container.streams if s.type == "audio"), None)
+                if stream is None:
+                    raise UserError(f"{path}: not a readable audio file (it holds no audio stream)")
+                self.samplerate = int(stream.rate or 0)
+                self.channels = int(stream.channels or 0)
+                resampler = None
+                for frame in container.decode(stream):
+                    if frame.sample_rate != self.samplerate or len(frame.layout.channels) != self.channels:
+                        raise UserError(f"{path}: not a readable audio file (its sample rate or channels change)")
+                    if resampler is None:  # to planar float32 at the stream's own rate and layout
+                        resampler = av.AudioResampler(format="fltp", layout=frame.layout, rate=self.samplerate)
+                    pieces.extend(f.to_ndarray() for f in resampler.resample(frame))
+                if resampler is not None:
+                    pieces.extend(f.to_ndarray() for f in resampler.resample(None))
+                declared = _declared_frames(stream, container, self.samplerate)
+        except UserError:
+            raise
+        except (av.FFmpegError, ValueError, EOFError, OSError) as err:
+            reason = getattr(err, "strerror", None) or first_line(err)  # FFmpeg's words without errno and path
+            raise UserError(f"{path}: not a readable audio file ({reason})") from None
+        data = np.concatenate(pieces, axis=1).T if pieces else np.zeros((0, max(self.channels, 1)), np.float32)
+        self._data = np.ascontiguousarray(data, dtype=np.float32)
+        self.frames = len(self._data)
+        if declared is not None and self.frames < declared * _AV_TRUNCATED_SHARE:
+            raise UserError(
+                f"{path}: not a readable audio file (truncated: its header declares {declared} frames, only "
+                f"{self.frames} could be decoded)"
+            )
+        self._pos = 0
+
+    def seek(self, frame: int) -> None:
+        self._pos = max(0, min(frame, self.frames))
+
+    def read(self, frames: int, dtype: str = "float32", always_2d: bool = True) -> np.ndarray:
+        out = self._data[self._pos : self._pos + frames]
+        self._pos += len(out)
+        return out
+
+    def close(self) -> None:
+        self._data = self._data[:0]
+
+
+# An FFmpeg-decoded stream shorter than this share of the length its container declares was cut short (encoders'
+# priming and padding make the two differ by a few thousand samples, never by a tenth).
+_AV_TRUNCATED_SHARE = 0.9
+
+
+def _declared_frames(stream: object, container: object, rate: int) -> int | None:
+    """The stream's length in frames as its header declares it: the stream's duration, else the container's
+    (Matroska/WebM; an estimate from the bit rate for raw AAC); None where neither is declared."""
+    duration, base = getattr(stream, "duration", None), getattr(stream, "time_base", None)
+    if duration and base is not None and rate > 0:
+        return int(duration * base * rate)
+    total = getattr(container, "duration", None)  # in microseconds (FFmpeg's AV_TIME_BASE)
+    return int(total * rate / 1_000_000) if total and rate > 0 else None
 
 
 def is_samples(audio: object) -> bool:

@@ -68,7 +68,8 @@ def test_a_directory_without_audio_is_a_problem(tmp_path):
     assert files == []
     assert problems == [
         f"{tmp_path}: no audio files (.wav, .flac, .ogg, .oga, .opus, .mp3, .aif, .aiff, .au, "
-        ".w64, .rf64, .caf, .sph) in this directory"
+        ".w64, .rf64, .caf, .sph, .m4a, .m4b, .mp4, .3gp, .mov, .webm, .mka, .mkv, .aac, .wma, .amr, .ac3) "
+        "in this directory"
     ]
 
 
