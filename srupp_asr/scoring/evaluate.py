@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from srupp_asr.errors import UserError
 from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
-from srupp_asr.scoring.formats import Transcript, write_jsonl
+from srupp_asr.scoring.formats import Transcript, jsonl_text
 from srupp_asr.scoring.report import WORST, ReportInfo, write_report
 from srupp_asr.scoring.score import add_report_arguments, print_summary
 from srupp_asr.transcribe import (
@@ -155,9 +155,8 @@ def evaluate(
     if failed:
         details["left out"] = f"{len(failed)} cut(s) whose audio did not load (not scored)"
     info = ReportInfo(name or _manifest_name(cuts), str(cuts), str(Path(out_dir) / "hyp.jsonl"), True, details)
-    write_report(result, out_dir, info, train_log, worst)  # first: it checks the folder before writing
-    write_jsonl(Path(out_dir) / "hyp.jsonl", hyps)
-    write_jsonl(Path(out_dir) / "ref.jsonl", refs)
+    transcripts = {"hyp.jsonl": jsonl_text(hyps), "ref.jsonl": jsonl_text(refs)}
+    write_report(result, out_dir, info, train_log, worst, extra=transcripts)  # one set: all of it or nothing
     return result, speed
 
 

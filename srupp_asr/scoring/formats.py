@@ -116,10 +116,15 @@ def write_trn(path: str | os.PathLike, items: list[Transcript]) -> None:
     atomic_write_text(path, "".join(trn_line(t) + "\n" for t in items))
 
 
-def write_jsonl(path: str | os.PathLike, items: list[Transcript]) -> None:
-    """Write transcripts as JSON lines ``{"id", "speaker", "text"}`` (atomically)."""
+def jsonl_text(items: list[Transcript]) -> str:
+    """Transcripts as JSON lines ``{"id", "speaker", "text"}``."""
     rows = ({"id": t.utt_id, "speaker": t.speaker, "text": t.text} for t in items)
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def write_jsonl(path: str | os.PathLike, items: list[Transcript]) -> None:
+    """Write transcripts as JSON lines (:func:`jsonl_text`), atomically."""
+    atomic_write_text(path, jsonl_text(items))
 
 
 def _parse_kaldi(line: str, where: str) -> Transcript:

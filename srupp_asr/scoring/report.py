@@ -310,8 +310,10 @@ def write_report(
     info: ReportInfo,
     train_log: str | os.PathLike | None = None,
     worst: int = WORST,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, Path]:
-    """Write every report file into ``out_dir``; returns {kind: path}.
+    """Write every report file into ``out_dir``, all or nothing, with the ``extra`` files (name -> text) of the
+    caller in the same set; returns {kind: path}.
 
     ``results.md``, ``results.json`` (the totals, for scripts), ``report.html``, ``alignment.wer.txt`` /
     ``alignment.cer.txt`` (sclite pralign style),
@@ -341,6 +343,7 @@ def write_report(
         "results.md": results_md(result, info),
         "report.html": report_html(result, info, {t: d for t, (_, d) in pngs.items()}, worst),
     }
+    files |= extra or {}
     names = [name for name, _ in pngs.values()] + list(texts) + list(files)
     _check_targets(out, names)
     contents = {out / name: data for name, data in pngs.values()}
