@@ -3,9 +3,9 @@ every format, rate, width and channel count with every kind of broken input.
 
 Each good file must give the right transcript (the overfit model's greedy CTC output is exact on its utterances, so
 a file holding the same speech must give exactly the same text); each broken one exactly one error line naming it;
-the batch goes on, the exit status is 1 (the closing line counts the failures) and nothing prints a traceback. The process runs with a
-strict UTF-8 stdout (``PYTHONIOENCODING=utf-8:strict``, as under an ``en_US.UTF-8`` locale), so a non-UTF-8 file
-name that reached stdout unescaped would crash it.
+the batch goes on, the exit status is 1 (the closing line counts the failures) and nothing prints a traceback. The
+process runs with a strict UTF-8 stdout (``PYTHONIOENCODING=utf-8:strict``, as under an ``en_US.UTF-8`` locale),
+so a non-UTF-8 file name that reached stdout unescaped would crash it.
 
 Also here: the sample-rate guard (a rate sharing few factors with 16 kHz), MP3 headers that overstate the length,
 libmpg123's own stderr chatter, unreadable files, symbolic-link loops, and memory while streaming long files
