@@ -515,3 +515,29 @@ def test_the_recipes_are_shellcheck_clean():
     scripts = [str(ROOT / "recipes" / r / "run.sh") for r in RECIPES] + [str(ROOT / "recipes/common/stages.sh")]
     out = subprocess.run(["shellcheck", "-x", *scripts], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ([], []),
+        (["epoch=0-step=10.ckpt", "last.ckpt"], ["--ckpt_path", "last"]),
+        (["epoch=0-step=10.ckpt", "epoch=0-step=20.ckpt"], ["--ckpt_path", "{exp}/checkpoints/epoch=0-step=20.ckpt"]),
+    ],
+)
+def test_stage_train_resumes_from_last_else_from_the_newest_checkpoint(tmp_path: Path, files, expected) -> None:
+    """A stop between a step's top-k save and its last.ckpt leaves checkpoints but no last.ckpt: the recipe goes on
+    from the newest of them (a fresh fit into that folder would be refused)."""
+    exp = tmp_path / "exp"
+    (exp / "checkpoints").mkdir(parents=True)
+    for age, name in enumerate(reversed(files)):  # the last listed is the newest
+        path = exp / "checkpoints" / name
+        path.write_bytes(b"")
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+    script = (
+        f'source "{ROOT}/recipes/common/stages.sh"; recipe=test; srupp() {{ printf "%s\\n" "$@"; }}; '
+        f'stage_train 4 conf.yaml train.jsonl.gz valid.jsonl.gz tok.model cmvn.json "{exp}"'
+    )
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    args = [line for line in out if not re.match(r"\d{4}-\d\d-\d\d ", line)]
+    assert args[-len(expected) :] == [e.format(exp=exp) for e in expected] if expected else "--ckpt_path" not in args

@@ -248,13 +248,20 @@ stage_tokenizer() {
 # stage_train STAGE CONFIG TRAIN_CUTS VALID_CUTS TOKENIZER CMVN EXP [OPTION ...]: train a model (srupp-asr train fit
 # with the YAML CONFIG) on the cut manifest TRAIN_CUTS, validated on VALID_CUTS, with the tokenizer model TOKENIZER
 # and the CMVN statistics CMVN, into the experiment folder EXP (checkpoints/, csv/, tensorboard/); the OPTIONs go
-# to LightningCLI after those. Resumes from EXP/checkpoints/last.ckpt when it is there.
+# to LightningCLI after those. Resumes from EXP/checkpoints/last.ckpt when it is there, else from the newest
+# checkpoint there.
 stage_train() {
   local n=$1 config=$2 train_cuts=$3 valid_cuts=$4 tokenizer=$5 cmvn=$6 exp_dir=$7 resume=()
   shift 7
+  local newest
   if [ -f "$exp_dir/checkpoints/last.ckpt" ]; then
     resume=(--ckpt_path last)
     log "$n" "resuming from $exp_dir/checkpoints/last.ckpt"
+  elif newest=$(ls -t "$exp_dir"/checkpoints/*.ckpt 2>/dev/null | head -n 1) && [ -n "$newest" ]; then
+    # killed between a step's top-k save and its last.ckpt: go on from the newest checkpoint (a fresh fit into a
+    # folder holding checkpoints is refused, since the two runs' checkpoints would mix)
+    resume=(--ckpt_path "$newest")
+    log "$n" "resuming from $newest (no last.ckpt)"
   fi
   log "$n" "training with $config into $exp_dir"
   srupp train fit --config "$config" --data.train_cuts "$train_cuts" --data.valid_cuts "$valid_cuts" \
