@@ -195,3 +195,41 @@ def test_a_plan_ending_in_speech_has_no_empty_last_chunk(silences):
     chunks = plan_chunks(1000, 300, 30, silences)
     _covers(chunks, 1000)
     assert all(c.end > c.start for c in chunks) and chunks[-1].end == 1000
+
+
+def test_joint_by_default_decodes_a_long_recording_in_pieces_cut_at_pauses(overfit_model_dir, tmp_path, monkeypatch):
+    """The default mode (joint) decodes a recording longer than a piece in pieces of at most
+    ``ATTENTION_PIECE_SECONDS`` cut in its pauses, several at a time: each cut lies in a pause, the text is that
+    of each piece transcribed as a file of its own, and the progress bar advances piece by piece, in seconds of
+    audio. (The overfit model knows single utterances only, so the text itself is not theirs.)"""
+    import soundfile as sf
+    import tqdm
+
+    from srupp_asr.audio import SAMPLE_RATE, load_audio
+    from srupp_asr.transcribe import ATTENTION_PIECE_SECONDS, transcribe
+
+    model, utts = overfit_model_dir
+    pieces, pauses, seconds = [], [], 0.0
+    for wav_path, _ in itertools.cycle(utts):
+        wav = load_audio(wav_path).numpy()
+        pieces += [wav, np.zeros(int(0.8 * SAMPLE_RATE), dtype=np.float32)]
+        seconds += len(wav) / SAMPLE_RATE
+        pauses.append((seconds, seconds + 0.8))
+        seconds += 0.8
+        if seconds > 2.5 * ATTENTION_PIECE_SECONDS:
+            break
+    audio = np.concatenate(pieces)
+    sf.write(tmp_path / "long.wav", audio, SAMPLE_RATE)
+    updates = []
+    monkeypatch.setattr(tqdm.tqdm, "update", lambda self, n=1: updates.append(n))
+    (t,) = transcribe([tmp_path / "long.wav"], model, batch_size=2)
+    assert t.decoding["mode"] == "joint"
+    assert len(t.chunks) >= 3 and all(b - a <= ATTENTION_PIECE_SECONDS + 1e-6 for a, b in t.chunks)
+    cuts = [b for (_, b), (a, _) in zip(t.chunks[:-1], t.chunks[1:], strict=True) if a == b]
+    assert len(cuts) == len(t.chunks) - 1 and all(any(p < c < q for p, q in pauses) for c in cuts)
+    assert len(updates) >= 2 and sum(updates) == pytest.approx(t.duration, abs=0.01)
+    alone = []
+    for i, (a, b) in enumerate(t.chunks):
+        sf.write(tmp_path / f"piece{i}.wav", audio[round(a * SAMPLE_RATE) : round(b * SAMPLE_RATE)], SAMPLE_RATE)
+        alone.append(tmp_path / f"piece{i}.wav")
+    assert t.text == " ".join(p.text for p in transcribe(alone, model, batch_size=1) if p.text)

@@ -44,7 +44,11 @@ def test_one_file_prints_its_text_and_a_summary(capsys, model, utts):
     code, out, err = _run(capsys, "--model", str(model), *GREEDY, str(wav))
     assert code == 0
     assert out == f"{text}\n"
-    assert re.fullmatch(r"transcribed 1 file: 0:0\d\.\d of audio in \d+\.\d s, real-time factor \d+\.\d{4}\n", err)
+    assert re.fullmatch(
+        r"transcribed 1 file: 0:0\d\.\d of audio in \d+\.\d s: decoding \d+\.\d s, real-time factor \d+\.\d{4}; "
+        r"model load and setup \d+\.\d s\n",
+        err,
+    )
 
 
 def test_several_files_print_in_input_order_whatever_the_batching(capsys, model, utts):

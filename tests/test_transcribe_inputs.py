@@ -150,6 +150,11 @@ def test_summary_line_gives_files_audio_wall_time_and_real_time_factor():
         "transcribed 3 files (2 failed): 1:02:03.4 of audio in 60.0 s, real-time factor 0.0161"
     )
     assert summary_line(0, 1, 0.0, 0.5).endswith("real-time factor -")
+    # With the decoding time: the real-time factor leaves the model load out, which is given apart.
+    assert summary_line(2, 0, 100.0, 14.0, 4.0) == (
+        "transcribed 2 files: 1:40.0 of audio in 14.0 s: decoding 4.0 s, real-time factor 0.0400; "
+        "model load and setup 10.0 s"
+    )
 
 
 def test_importing_transcribe_leaves_torch_and_numpy_unloaded():

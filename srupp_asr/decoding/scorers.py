@@ -66,8 +66,9 @@ class Scorer(Protocol):
 @dataclass
 class _DecoderState:
     utterances: torch.Tensor  # (N,)
-    memory_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, each row's cross-attention keys and values
-    memory_lens: torch.Tensor  # (N,)
+    groups: torch.Tensor  # (n,) the utterance of each group of N / n consecutive rows
+    memory_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, each group's cross-attention keys and values
+    memory_bias: torch.Tensor  # (n, 1, 1, T) 0 for each group's frames, -inf past them
     self_kv: list[tuple[torch.Tensor, torch.Tensor]] | None  # per layer, the self-attention keys and values so far
 
 
@@ -75,7 +76,8 @@ class DecoderScorer:
     """The attention decoder as a full scorer, decoding incrementally: each step runs the last position only, with
     every layer's self-attention keys and values of the earlier positions kept (a key-value cache, so a step costs
     the same at any prefix length but for the attention itself); the encoder memory's cross-attention keys and
-    values are projected once per utterance, not at every step.
+    values are projected once per utterance, not at every step, and each utterance's hypotheses (consecutive rows,
+    as the beam search keeps them) attend to one copy of them together (a matrix product, not one per row).
 
     It computes what :meth:`~srupp_asr.decoder.TransformerDecoder.score_step` computes (a test compares them):
     in the pre-LayerNorm decoder a layer's keys and values at a position depend only on the positions up to it."""
@@ -88,9 +90,20 @@ class DecoderScorer:
         self.frames = memory.shape[1]
 
     def init_state(self, utterances: torch.Tensor) -> _DecoderState:
-        """Each row's copy of its utterance's memory keys and values, and no cache yet."""
-        kv = [(k[utterances], v[utterances]) for k, v in self.memory_kv]
-        return _DecoderState(utterances, kv, self.memory_lens[utterances], None)
+        """Each group's memory keys and values, and no cache yet."""
+        return self._grouped(utterances, None)
+
+    def _grouped(self, utterances: torch.Tensor, self_kv: list | None) -> _DecoderState:
+        """The state of rows ``utterances``: grouped by utterance where they come in equal runs (else one group per
+        row), with the groups' memory keys and values and memory masks."""
+        values, counts = torch.unique_consecutive(utterances, return_counts=True)
+        groups = values if len(counts) and bool((counts == counts[0]).all()) else utterances
+        kv = [(k[groups], v[groups]) for k, v in self.memory_kv]
+        # Frames past each memory's length count for nothing (a memory with no frames attends everywhere).
+        valid = torch.arange(self.frames, device=utterances.device)[None, :] < self.memory_lens[groups][:, None]
+        bias = torch.zeros(valid.shape, device=utterances.device, dtype=kv[0][0].dtype)
+        bias = bias.masked_fill(~(valid | ~valid.any(1, keepdim=True)), NEG_INF)[:, None, None, :]
+        return _DecoderState(utterances, groups, kv, bias, self_kv)
 
     def score(
         self, state: _DecoderState, ys: torch.Tensor, candidates: torch.Tensor | None
@@ -102,10 +115,7 @@ class DecoderScorer:
         positions = sinusoidal_positions(u, dec.d_model, ys.device)[-1:]
         x = dec.embed(ys[:, -1:]) * math.sqrt(dec.d_model)
         x = x + positions.to(x.dtype)
-        # Frames past each row's memory length count for nothing (a memory with no frames attends everywhere).
-        valid = torch.arange(self.frames, device=ys.device)[None, :] < state.memory_lens[:, None]
-        memory_bias = torch.zeros(valid.shape, device=ys.device, dtype=x.dtype)
-        memory_bias = memory_bias.masked_fill(~(valid | ~valid.any(1, keepdim=True)), NEG_INF)[:, None, None, :]
+        n = state.groups.shape[0]
         past = state.self_kv if state.self_kv is not None else [None] * len(dec.layers)
         self_kv = []
         for layer, cached, kv in zip(dec.layers, past, state.memory_kv, strict=True):
@@ -118,8 +128,9 @@ class DecoderScorer:
             self_kv.append((k, v))
             h = x + attn.wo(_attend(q, k, v).transpose(1, 2).reshape(N, 1, dec.d_model))
             cross = layer.cross_attn
-            q = cross._split(cross.wq(layer.norm_cross(h)))
-            h = h + cross.wo(_attend(q, *kv, memory_bias).transpose(1, 2).reshape(N, 1, dec.d_model))
+            q = cross.wq(layer.norm_cross(h)).view(n, N // n, cross.num_heads, -1).transpose(1, 2)  # (n, H, W, d)
+            a = _attend(q, *kv, state.memory_bias).transpose(1, 2)  # (n, W, H, d)
+            h = h + cross.wo(a.reshape(N, 1, dec.d_model))
             x = h + layer.ffn(layer.norm_ffn(h))
         return dec.output(dec.final_norm(x[:, -1])).log_softmax(-1).float(), self_kv
 
@@ -129,20 +140,18 @@ class DecoderScorer:
         """Reorder the cache (and, when rows move between utterances, the memory keys and values) by ``rows``."""
         cache = pending if tokens is not None else state.self_kv
         utterances = state.utterances[rows]
-        if utterances.shape == state.utterances.shape and torch.equal(utterances, state.utterances):
-            kv, memory_lens = state.memory_kv, state.memory_lens  # reordered within utterances only
-        else:
-            kv, memory_lens = [(k[rows], v[rows]) for k, v in state.memory_kv], state.memory_lens[rows]
         self_kv = None if cache is None else [(k[rows], v[rows]) for k, v in cache]
-        return _DecoderState(utterances, kv, memory_lens, self_kv)
+        if utterances.shape == state.utterances.shape and torch.equal(utterances, state.utterances):
+            # reordered within utterances only: the same groups
+            return _DecoderState(utterances, state.groups, state.memory_kv, state.memory_bias, self_kv)
+        return self._grouped(utterances, self_kv)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Scaled dot-product attention of one query position ``q`` ``(N, heads, 1, d)`` over ``k``, ``v``
+    """Scaled dot-product attention of a few queries ``q`` ``(N, heads, W, d)`` over ``k``, ``v``
     ``(N, heads, L, d)`` (``bias`` added to the scores), as two batched matrix products: on CPU, several times
-    faster for a single query than ``scaled_dot_product_attention`` with a mask."""
-    # k @ q^T reads the keys as they lie (q @ k^T would copy them transposed at every step)
-    scores = torch.matmul(k, q.transpose(-1, -2)).transpose(-1, -2) * (q.shape[-1] ** -0.5)
+    faster for so few queries than ``scaled_dot_product_attention`` with a mask."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
     if bias is not None:
         scores = scores + bias
     return torch.matmul(scores.softmax(-1), v)

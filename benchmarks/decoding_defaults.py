@@ -1,0 +1,194 @@
+"""Accuracy, speed and memory of ``srupp-asr transcribe``'s default decoding against joint and prefix beam search,
+on audio this script makes itself: short sentences, and recordings of minutes made of the same sentences.
+
+The sentences are written for this benchmark (not from the synthetic corpus' text sources). Each is spoken by
+espeak-ng with one of several English voices and rates; the short set is the sentences one file each, and a
+long recording (``--minutes``) tiles the same spoken sentences with pauses of 0.4-1.2 s. Each (set, mode) runs in
+a fresh process with ``--threads`` torch threads (default 2), through :func:`srupp_asr.transcribe.transcribe`:
+
+- WER: the recognised text of each file against the sentences it holds (:mod:`srupp_asr.scoring`, which is
+  checked against sclite);
+- RTF: decoding time (reading and decoding the audio: the transcripts' ``processing_seconds``) over audio time,
+  the model load excluded (given apart);
+- peak RSS of the process (``ru_maxrss``).
+
+Modes: ``default`` (``transcribe`` with no ``--decoding``: what a user gets), ``joint``, ``ctc_prefix_beam``.
+
+    python benchmarks/decoding_defaults.py                          # short sentences and 3 min; ~10 min, 2 cores
+    python benchmarks/decoding_defaults.py --minutes 3 20 --modes default joint ctc_prefix_beam
+    python benchmarks/decoding_defaults.py --minutes 30 120 --modes default --no-short   # memory at length
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+SENTENCES = [
+    "a small boat drifted slowly past the old stone bridge",
+    "she packed three apples and a book for the long journey",
+    "the library closes at nine on most weekday evenings",
+    "my neighbour painted his fence a bright shade of green",
+    "we could hear the rain tapping against the kitchen window",
+    "the children built a tall tower out of wooden blocks",
+    "he forgot his umbrella on the bus this morning",
+    "the baker opens the shop before the sun comes up",
+    "please write your name at the top of every page",
+    "a cold wind blew across the empty football field",
+    "the museum has a new exhibit about ancient maps",
+    "they planted tomatoes and beans behind the house",
+    "the old clock in the hall stopped working last winter",
+    "our teacher read us a story about a clever fox",
+    "the road to the village was covered with fallen leaves",
+    "i usually drink a glass of water after my run",
+    "the farmer counted his sheep twice before dinner",
+    "a bright star appeared just above the dark hills",
+    "the musicians tuned their instruments before the concert",
+    "you can find fresh fish at the market on friday",
+]
+VOICES = [("en-us", 165), ("en-gb", 150), ("en-gb-x-rp", 175), ("en-us", 140), ("en-029", 160)]
+PAUSES = (0.4, 0.7, 1.2)  # seconds of silence after a sentence in a long recording, in turn
+RATE = 16000
+MODES = ("default", "joint", "ctc_prefix_beam")
+
+
+def speak(folder: Path) -> list[tuple[np.ndarray, str]]:
+    """Each sentence spoken by espeak-ng (voice and rate in turn) as 16 kHz float32 samples, with its text."""
+    from srupp_asr.audio import load_audio
+
+    espeak = shutil.which("espeak-ng")
+    if espeak is None:
+        sys.exit("decoding_defaults: espeak-ng is needed to make the audio (apt-get install espeak-ng)")
+    spoken = []
+    for i, text in enumerate(SENTENCES):
+        voice, speed = VOICES[i % len(VOICES)]
+        path = folder / f"sentence{i:02d}.wav"
+        subprocess.run([espeak, "-v", voice, "-s", str(speed), "-w", str(path), text], check=True)
+        spoken.append((load_audio(path).numpy(), text))
+    return spoken
+
+
+def make_sets(folder: Path, minutes: list[float], short: bool) -> dict[str, list[tuple[Path, str]]]:
+    """``{set name: [(audio file, reference text)]}``: ``short`` (one file per sentence) and ``N min`` recordings."""
+    spoken = speak(folder)
+    sets: dict[str, list[tuple[Path, str]]] = {}
+    if short:
+        files = []
+        for i, (wav, text) in enumerate(spoken):
+            path = folder / f"short{i:02d}.flac"
+            sf.write(path, wav, RATE)
+            files.append((path, text))
+        sets["short"] = files
+    for length in minutes:
+        target, pieces, words, k = length * 60 * RATE, [], [], 0
+        total = 0
+        while total < target:
+            wav, text = spoken[k % len(spoken)]
+            pause = np.zeros(int(PAUSES[k % len(PAUSES)] * RATE), dtype=np.float32)
+            pieces += [wav, pause]
+            words.append(text)
+            total += len(wav) + len(pause)
+            k += 1
+        path = folder / f"long{length:g}min.flac"
+        sf.write(path, np.concatenate(pieces), RATE)
+        sets[f"{length:g} min"] = [(path, " ".join(words))]
+    return sets
+
+
+def run_child(files: list[tuple[Path, str]], mode: str, threads: int, model: str | None) -> dict:
+    """Transcribe ``files`` in this process (the child): WER counts, audio, decoding and load seconds, peak RSS."""
+    import torch
+
+    from srupp_asr.scoring.analysis import score_transcripts
+    from srupp_asr.scoring.formats import Transcript
+    from srupp_asr.transcribe import transcribe
+
+    torch.set_num_threads(threads)
+    begin = time.perf_counter()
+    kwargs = {} if mode == "default" else {"decoding": mode}
+    out = transcribe([str(p) for p, _ in files], model, threads=threads, **kwargs)
+    wall = time.perf_counter() - begin
+    refs = [Transcript(str(p), text) for p, text in files]
+    hyps = [Transcript(t.path, t.text) for t in out]
+    total = score_transcripts(refs, hyps).total("WER")
+    decoding = sum(t.processing_seconds for t in out)
+    return {
+        "errors": total.errors,
+        "words": total.tokens,
+        "audio": sum(t.duration for t in out),
+        "decoding": decoding,
+        "load": wall - decoding,
+        "decoding_mode": out[0].decoding["mode"] if out else mode,
+        "lm_weight": out[0].decoding.get("lm_weight", 0.0) if out else 0.0,
+        "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, nargs="*", default=[3.0], help="long recordings to make (default 3)")
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--no-short", action="store_true", help="leave out the short sentences")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--model", help="model directory (default: the built-in model)")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        spec = json.loads(args.child)
+        files = [(Path(a), b) for a, b in spec["files"]]
+        print(json.dumps(run_child(files, spec["mode"], args.threads, args.model)))
+        return
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sets = make_sets(Path(tmp), args.minutes, not args.no_short)
+        for name, files in sets.items():
+            for mode in args.modes:
+                spec = json.dumps({"files": [(str(a), b) for a, b in files], "mode": mode})
+                cmd = [sys.executable, __file__, "--child", spec, "--threads", str(args.threads)]
+                if args.model:
+                    cmd += ["--model", args.model]
+                done = subprocess.run(
+                    cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONWARNINGS="ignore")
+                )
+                if done.returncode:
+                    rows.append((name, mode, f"failed: {done.stderr.strip().splitlines()[-1:]}"))
+                    continue
+                r = json.loads(done.stdout.strip().splitlines()[-1])
+                label = mode if mode != "default" else f"default ({r['decoding_mode']}, lm {r['lm_weight']:g})"
+                rows.append((name, label, r))
+                print(name, label, r, file=sys.stderr, flush=True)
+    print(f"command: python benchmarks/decoding_defaults.py {' '.join(argv if argv is not None else sys.argv[1:])}")
+    print(
+        f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"machine: {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, torch threads {args.threads}"
+    )
+    print()
+    print("| set | mode | WER % (errors / words) | audio s | decoding RTF (load excl.) | load s | peak RSS GB |")
+    print("|---|---|---|---|---|---|---|")
+    for name, label, r in rows:
+        if isinstance(r, str):
+            print(f"| {name} | {label} | {r} | | | | |")
+            continue
+        wer = 100.0 * r["errors"] / max(r["words"], 1)
+        rtf = r["decoding"] / r["audio"] if r["audio"] else float("nan")
+        print(
+            f"| {name} | {label} | {wer:.1f} ({r['errors']} / {r['words']}) | {r['audio']:.0f} | {rtf:.3f} | "
+            f"{r['load']:.1f} | {r['rss_gb']:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
