@@ -244,7 +244,9 @@ def ablation(real_dev: Path, work: Path, synth: Path, minutes: float, sets: tupl
     lines = real_dev_table(real_dev, work, models, sets, pocketsphinx=False)
     for mix in MIXES:
         steps, seconds = trained_steps(work / f"ft_{mix}")
-        lines.append(f"\n{mix} fine-tune: {steps} steps, {seconds / 60:.0f} min of audio seen (about {minutes:g} min)")
+        lines.append(
+            f"\n{mix} fine-tune: {steps} steps, at most {seconds / 60:.0f} min of audio ({minutes:g} min budget)"
+        )
     return lines
 
 
