@@ -668,10 +668,26 @@ def transcribe_command(args: argparse.Namespace) -> int:
         on_warning=on_warning,
     )
     wall = time.perf_counter() - begin
+    warn_if_all_empty(transcripts, on_warning)
     if not args.quiet:
         audio, decoding = sum(t.duration for t in transcripts), sum(t.processing_seconds for t in transcripts)
         print(summary_line(len(transcripts), failed, audio, wall, decoding), file=sys.stderr)
     return 1 if failed else 0
+
+
+# Below this much audio, silence in every input is plausible and says nothing about the model.
+EMPTY_WARNING_SECONDS = 5.0
+
+
+def warn_if_all_empty(transcripts: list[Transcript], on_warning: Callable[[str], None]) -> None:
+    """Warn when the model heard words in none of the inputs (at least EMPTY_WARNING_SECONDS of audio): the mark of
+    an undertrained model, or of audio unlike what it was trained on, which would otherwise pass with exit 0."""
+    audio = sum(t.duration for t in transcripts)
+    if transcripts and audio >= EMPTY_WARNING_SECONDS and not any(t.text.strip() for t in transcripts):
+        on_warning(
+            f"the model emitted no words for any of the {len(transcripts)} file(s) ({audio:.1f} s of audio): it may "
+            "be undertrained, or the audio unlike its training data (try `srupp-asr evaluate` on held-out cuts)"
+        )
 
 
 def summary_line(

@@ -370,3 +370,32 @@ def test_a_long_recording_is_written_with_absolute_times(capsys, model, utts, tm
     for segment, (speech_start, speech_end) in zip(data["segments"], spans, strict=True):
         assert speech_start - 0.1 <= segment["start"] <= segment["end"] <= speech_end + 0.1
     assert (out_dir / "long.srt").read_text().count(" --> ") == 4
+
+
+@pytest.mark.parametrize(
+    ("texts", "seconds", "warned"), [(["", " "], 6.0, True), (["", "a word"], 6.0, False), (["", ""], 4.0, False)]
+)
+def test_a_model_that_hears_no_words_anywhere_warns(tmp_path, monkeypatch, capsys, texts, seconds, warned):
+    """Empty text for every input (5 s of audio or more) is one warning line, exit status still 0."""
+    import importlib
+
+    import soundfile as sf
+
+    from srupp_asr.cli import main as cli_main
+    from srupp_asr.writers import Transcript
+
+    paths = []
+    for i in range(len(texts)):
+        paths.append(tmp_path / f"{i}.wav")
+        sf.write(paths[-1], np.zeros(1600, dtype=np.float32), 16000)
+
+    def fake(inputs, *args, **kwargs):
+        return [
+            Transcript(path=str(p), duration=seconds / len(texts), text=t, segments=[])
+            for p, t in zip(paths, texts, strict=True)
+        ]
+
+    monkeypatch.setattr(importlib.import_module("srupp_asr.transcribe"), "transcribe", fake)
+    assert cli_main(["transcribe", "--output_dir", str(tmp_path / "out"), *map(str, paths)]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: the model emitted no words for any of the 2 file(s)" in err) == warned
