@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from srupp_asr import prepare
 from srupp_asr.data import load_cuts
 from srupp_asr.errors import UserError
 from srupp_asr.prepare import TableColumns, import_table, save_splits, split_path
-from tests.test_prepare import write_tone
-
-
-def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    prepare.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    return args.func(args)
+from tests.test_prepare import _run, write_tone
 
 
 @pytest.fixture
