@@ -1,6 +1,6 @@
 """The SRU elementwise recurrence over a whole sequence, on CPU and CUDA.
 
-Per direction and column, with U split in three and x the highway input (DESIGN.md)::
+Per direction and column, with U split in three and x the highway input (docs/design.md, "The SRU++ encoder")::
 
     f[t] = sigmoid(U[t,0] + v  * c[t-1] + b)
     r[t] = sigmoid(U[t,1] + v' * c[t-1] + b')

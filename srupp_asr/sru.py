@@ -1,6 +1,6 @@
 """The SRU++ layer and the SRU++ encoder (a stack of layers, attention in some of them).
 
-One layer, with x the ``(L, B, D)`` input, ``d'`` the attention dimension (DESIGN.md)::
+One layer, with x the ``(L, B, D)`` input, ``d'`` the attention dimension (docs/design.md, "The SRU++ encoder")::
 
     Q = Wq x                                    (D -> d')
     K = Wk Q,  V = Wv Q                         (d' -> d'; keys and values come from Q)

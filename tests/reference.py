@@ -1,5 +1,5 @@
 """An independent float64 reference of the SRU recurrence, written step by step from the
-equations in DESIGN.md (shared by the CPU and the GPU tests; no library code involved)."""
+equations in docs/design.md (shared by the CPU and the GPU tests; no library code involved)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ References: CTC as a float64 sum over every frame-level path (brute-force enumer
 attention loss as a float64 KL divergence to the smoothed target distribution built in full; the attention
 decoder against ``torch.nn.TransformerDecoderLayer`` (pre-LayerNorm) with its weights copied in; the Conformer
 baseline against ``torchaudio.models.Conformer`` run on each utterance alone; the SRU++ layer against a float64
-re-implementation of DESIGN.md's equations (attention, layer norm, projection) over the step-by-step recurrence
+re-implementation of docs/design.md's equations (attention, layer norm, projection) over the step-by-step recurrence
 of ``tests/reference.py``. None of them calls the code under test.
 """
 
@@ -261,7 +261,7 @@ def test_conformer_encoder_equals_torchaudio_conformer_on_each_utterance_alone()
 
 
 def _sru_layer_reference(layer: SRUppLayer, x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-    """Float64 SRU++ layer from DESIGN.md: Q = Wq x; K = Wk Q; V = Wv Q; per head softmax(Q K^T / sqrt(d_head)) V
+    """Float64 SRU++ layer from docs/design.md: Q = Wq x; K = Wk Q; V = Wv Q; per head softmax(Q K^T / sqrt(d_head)) V
     over real keys; U = Wo layernorm(Q + alpha A); then the recurrence with x as the highway input."""
     p = {k: v.double() for k, v in layer.state_dict().items()}
     x = x.double()
