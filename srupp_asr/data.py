@@ -31,6 +31,7 @@ from lhotse.dataset import CutMix, DynamicBucketingSampler, ReverbWithImpulseRes
 from lhotse.utils import fastcopy
 
 from srupp_asr.audio import SAMPLE_RATE, prepare_waveform, resampling_rate  # other rates: resampled on the fly
+from srupp_asr.augment import ChannelAugment
 from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output, check_regular_file, file_kind
@@ -190,7 +191,9 @@ class ASRDataset(torch.utils.data.Dataset):
     come from :class:`ResumableSampler` as :class:`SeededBatch` es whose seed depends on (sampler seed, rank, epoch,
     batch index) only, so their random choices do not depend on the DataLoader worker and a resumed run augments
     every batch exactly as the uninterrupted run did; other batches draw from a per-process generator seeded from
-    torch's RNG. Augmented audio is loaded under :func:`reproducible_loading`: it does not depend on the process's
+    torch's RNG. ``channel_augment`` (a dict of :class:`srupp_asr.augment.ChannelAugment` settings) then
+    changes each loaded waveform: pitch, vocal tract length, microphone/loudspeaker response, codec. Augmented
+    audio is loaded under :func:`reproducible_loading`: it does not depend on the process's
     global generators or thread count (so not on ``num_workers``), and loading it leaves those generators alone.
     """
 
@@ -202,6 +205,7 @@ class ASRDataset(torch.utils.data.Dataset):
         snr_range: tuple[float, float] = (10.0, 20.0),
         noise_prob: float = 0.5,
         reverb_prob: float = 0.0,
+        channel_augment: dict | ChannelAugment | None = None,
     ) -> None:
         """Build the dataset; augmentations are off unless their arguments are given."""
         self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer(tokenizer)
@@ -219,12 +223,16 @@ class ASRDataset(torch.utils.data.Dataset):
         self.snr_range = (float(snr_range[0]), float(snr_range[1]))
         self.noise_prob = noise_prob
         self.reverb_prob = reverb_prob
+        if not isinstance(channel_augment, ChannelAugment):
+            channel_augment = ChannelAugment.from_config(channel_augment)
+        self.channel_augment = channel_augment if channel_augment is not None and channel_augment.active else None
         self._rng_pid: int | None = None
 
     @property
     def augments(self) -> bool:
         """Whether any augmentation is configured (without one, the dataset draws no random numbers)."""
-        return bool(self.speed_perturb) or (self.noise_cuts is not None and self.noise_prob > 0) or self.reverb_prob > 0
+        noise = self.noise_cuts is not None and self.noise_prob > 0
+        return bool(self.speed_perturb) or noise or self.reverb_prob > 0 or self.channel_augment is not None
 
     def _random(self, seed: int | None = None) -> random.Random:
         """The per-process random generator (created lazily so that every DataLoader worker draws its own), seeded
@@ -308,7 +316,11 @@ class ASRDataset(torch.utils.data.Dataset):
                     self.load_errors.append((cut.id, str(err)))
                 continue
             # What transcribe and the CMVN statistics hear: mono, clipped to full scale as a 16-bit encoder would.
-            audios.append(prepare_waveform(audio, cut.sampling_rate))
+            audio = prepare_waveform(audio, cut.sampling_rate)
+            if self.channel_augment is not None:  # seeded per cut from the batch's generator
+                rng = np.random.default_rng(self._random().randrange(2**63))
+                audio = torch.from_numpy(self.channel_augment(audio.numpy(), rng, cut.sampling_rate))
+            audios.append(audio)
             texts.append(cut_text(cut))
             ids.append(cut.id)
         return audios, texts, ids
@@ -632,6 +644,7 @@ class ASRDataModule(L.LightningDataModule):
         snr_range: tuple[float, float] = (10.0, 20.0),
         noise_prob: float = 0.5,
         reverb_prob: float = 0.0,
+        channel_augment: dict | None = None,
         num_workers: int = 2,
         seed: int = 0,
         max_cut_duration: float | None = 30.0,
@@ -662,6 +675,7 @@ class ASRDataModule(L.LightningDataModule):
         self.snr_range = tuple(snr_range)
         self.noise_prob = noise_prob
         self.reverb_prob = reverb_prob
+        self.channel_augment = ChannelAugment.from_config(channel_augment)  # checked before training starts
         self.num_workers = num_workers
         self.seed = seed
         self.max_cut_duration = max_cut_duration
@@ -740,6 +754,7 @@ class ASRDataModule(L.LightningDataModule):
             snr_range=self.snr_range,
             noise_prob=self.noise_prob,
             reverb_prob=self.reverb_prob,
+            channel_augment=self.channel_augment,
         )
         epoch_fn = self._trainer_epoch if self.trainer is not None else None
         epoch_done = too_long.epoch_done if too_long is not None else None
