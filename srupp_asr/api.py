@@ -13,6 +13,9 @@
 :func:`srupp_asr.transcribe` stays the one-call form (it loads the model, transcribes, and lets it go). Field names
 are those of the JSON output: a transcript's ``text``, ``segments`` (``start``, ``end``, ``text``, ``words``) and
 each word's ``word``, ``start``, ``end``, ``confidence``.
+
+A model directory that carries its language model (``lm/``) is decoded with it by default (``no_lm=True`` or
+``lm_weight=0`` turns it off, ``lm=DIR`` takes another); the LM is loaded at the first call that fuses it and kept.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     import torch
 
     from srupp_asr.audio import SamplesReader
+    from srupp_asr.lm import SRUppLM
     from srupp_asr.model import ASRModel
     from srupp_asr.tokenizer import Tokenizer
     from srupp_asr.writers import Transcript
@@ -43,6 +47,7 @@ class Model:
 
     def __init__(self, net: ASRModel, tokenizer: Tokenizer, model_dir: str, device: torch.device) -> None:
         self.net, self.tokenizer, self.model_dir, self.device = net, tokenizer, model_dir, device
+        self._lms: dict[Path, SRUppLM] = {}  # fusion LMs loaded for this model, by resolved directory
 
     @classmethod
     def load(cls, name_or_dir: str | os.PathLike[str] | None = None, device: str = "auto") -> Model:
@@ -89,6 +94,15 @@ class Model:
         if single:
             return results[0] if results else None
         return results
+
+    def fusion_lm(self, lm_dir: str | os.PathLike[str]) -> SRUppLM:
+        """The LM of ``lm_dir`` on this model's device, checked to share its tokenizer; loaded once per directory."""
+        from srupp_asr.transcribe import load_fusion_lm
+
+        key = Path(lm_dir).resolve()
+        if key not in self._lms:
+            self._lms[key] = load_fusion_lm(lm_dir, self.tokenizer, str(self.device))
+        return self._lms[key]
 
     def __repr__(self) -> str:
         return f"Model({self.model_dir!r}, device={str(self.device)!r})"

@@ -5,6 +5,10 @@ metric its ``ModelCheckpoint`` monitored, as ESPnet and WeNet do. A checkpoint's
 state Lightning stores inside it (``best_k_models`` holds the file's own score at the moment it was written), never
 from its file name. ``last.ckpt`` is left out unless ``--include-last`` asks for the final weights as well. The
 model directory it writes, and how it is read, are in :mod:`srupp_asr.model_dir`.
+
+``--lm LM_DIR --lm-weight W`` puts an SRU++ LM (``srupp-asr train-lm`` output, trained with the model's tokenizer)
+into the model directory as ``lm/``, stored in ``--lm-dtype`` (float16 by default), with ``W`` as its default
+fusion weight; :func:`ship_lm` does the same for a model directory that exists already (the built-in model's LM).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -406,10 +410,54 @@ def parse_size(text: str, name: str = "size") -> int:
     return size
 
 
+def lm_writer(
+    lm_dir: str | os.PathLike, tokenizer_path: str | os.PathLike, weight: float | None, dtype: torch.dtype
+) -> Callable[[Path], Path]:
+    """Check the LM of ``lm_dir`` (loads, same tokenizer as ``tokenizer_path``'s) and return a function that writes
+    it as an LM directory at a given path in ``dtype`` with the fusion weight ``weight`` (None: the LM's own recorded
+    weight, else ``DEFAULT_LM_WEIGHT``). Every problem is a one-line UserError naming the file."""
+    from srupp_asr.lm import check_fusion_weight, check_same_tokenizer, load_lm, read_fusion_weight
+    from srupp_asr.transcribe import DEFAULT_LM_WEIGHT
+
+    lm, lm_tokenizer = load_lm(lm_dir)
+    check_same_tokenizer(lm_tokenizer, Tokenizer(tokenizer_path), lm_dir)
+    if weight is None:
+        weight = read_fusion_weight(lm_dir)
+    weight = check_fusion_weight(DEFAULT_LM_WEIGHT if weight is None else weight, "--lm-weight")
+
+    def write(path: Path) -> Path:
+        from srupp_asr.lm import save_lm
+
+        return save_lm(lm, lm_tokenizer.path, path, fusion_weight=weight, dtype=dtype)
+
+    return write
+
+
+def ship_lm(
+    model_dir: str | os.PathLike,
+    lm_dir: str | os.PathLike,
+    weight: float | None = None,
+    dtype: torch.dtype = torch.float16,
+) -> Path:
+    """Put the LM of ``lm_dir`` into the existing model directory ``model_dir`` as ``lm/`` (replacing one there,
+    atomically), stored in ``dtype`` with the default fusion weight ``weight``; returns the new ``lm/`` path."""
+    from srupp_asr.lm import LM_SUBDIR
+    from srupp_asr.model_dir import TOKENIZER_FILE, read_model_config
+
+    model_dir = Path(model_dir)
+    read_model_config(model_dir)  # a model directory, not something else
+    target = model_dir / LM_SUBDIR
+    if target.resolve() == Path(lm_dir).resolve():
+        raise UserError(f"{lm_dir}: is the model directory's own LM already")
+    return lm_writer(lm_dir, model_dir / TOKENIZER_FILE, weight, dtype)(target)
+
+
 def average_command(args: argparse.Namespace) -> int:
     """``srupp-asr average``: average the best checkpoints of a run and export them as a model directory."""
     max_shard_bytes = parse_size(args.max_shard_size, "--max-shard-size") if args.max_shard_size else None
     check_replaceable(args.out)  # before the work, not after it
+    if args.lm_weight is not None and args.lm is None:
+        raise UserError("--lm-weight needs --lm (the LM directory to put into the model directory)")
     ckpts = args.ckpts if args.ckpts else _checkpoint_folder(Path(args.exp_dir))
     selection = select(ckpts, args.num, args.metric, args.mode, args.include_last)
     paths = [c.path for c in selection.checkpoints]
@@ -420,13 +468,25 @@ def average_command(args: argparse.Namespace) -> int:
         source.update(metric=selection.metric, mode=selection.mode)
         source["scores"] = [c.score for c in selection.checkpoints]
     dtype = STORAGE_DTYPES[args.dtype]
-    out = export_model(weights, config, tokenizer, args.out, source, dtype=dtype, max_shard_bytes=max_shard_bytes)
+    subdirs = {}
+    if args.lm is not None:
+        from srupp_asr.lm import LM_SUBDIR
+
+        subdirs[LM_SUBDIR] = lm_writer(args.lm, tokenizer, args.lm_weight, STORAGE_DTYPES[args.lm_dtype])
+    out = export_model(
+        weights, config, tokenizer, args.out, source, dtype=dtype, max_shard_bytes=max_shard_bytes, subdirs=subdirs
+    )
     ranked = f" (best by {selection.metric}, {selection.mode})" if selection.metric else ""
     print(f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''}{ranked}:")
     for c in selection.checkpoints:
         score = f"{selection.metric}={c.score:.4f}" if c.score is not None else "(last)" if c.is_last else ""
         print(f"  {c.path}  step {c.step}  {score}".rstrip())
     print(f"wrote {out} ({', '.join(sorted(p.name for p in out.iterdir()))})")
+    if subdirs:
+        from srupp_asr.lm import LM_SUBDIR, read_fusion_weight
+
+        weight = read_fusion_weight(out / LM_SUBDIR)
+        print(f"with the LM of {args.lm} as {out / LM_SUBDIR} ({args.lm_dtype}, default fusion weight {weight:g})")
     return 0
 
 
@@ -456,5 +516,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         " when they exceed it (default: one model.safetensors)",
     )
     p.add_argument("--out", required=True, metavar="MODEL_DIR", help="model directory to write (replaced if it exists)")
+    p.add_argument(
+        "--lm",
+        metavar="LM_DIR",
+        help="SRU++ LM (srupp-asr train-lm, the model's tokenizer) to ship in MODEL_DIR/lm; transcribe and evaluate"
+        " fuse it by default",
+    )
+    p.add_argument(
+        "--lm-weight",
+        type=float,
+        help="its default fusion weight, stored in MODEL_DIR/lm/config.yaml (default: the LM's own, else 0.3)",
+    )
+    p.add_argument(
+        "--lm-dtype",
+        choices=list(STORAGE_DTYPES),
+        default="float16",
+        help="store the LM's weights in this type (default float16)",
+    )
     p.set_defaults(func=average_command)
     return p

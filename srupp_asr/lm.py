@@ -13,11 +13,17 @@ An LM directory is written like a model directory (:func:`srupp_asr.model_dir.wr
     LM_DIR/model.safetensors   the SRUppLM state dict (or its shards and their index, as a model directory's)
     LM_DIR/tokenizer.model     the tokenizer it was trained with (must be the ASR model's)
 
+A model directory may carry its LM as ``MODEL_DIR/lm/`` (:data:`LM_SUBDIR`, written by ``srupp-asr average --lm``
+or :func:`srupp_asr.export.ship_lm`); its ``config.yaml`` then also holds ``fusion_weight``, the shallow-fusion
+weight chosen for that ASR model, which ``transcribe`` and ``evaluate`` use by default (:func:`read_fusion_weight`).
+The weight lives beside the LM, not in the model's config, so ``--lm MODEL_DIR/lm`` decodes exactly as the default.
+
 Training is :mod:`srupp_asr.lm_train` (``srupp-asr train-lm``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +47,8 @@ from srupp_asr.model_dir import (
 from srupp_asr.sru import LayerState, SRUppEncoder
 from srupp_asr.tokenizer import Tokenizer
 
+LM_SUBDIR = "lm"  # a model directory's own LM
+FUSION_WEIGHT_KEY = "fusion_weight"  # in an LM's config.yaml: the fusion weight to use it with by default
 SOS_EOS_ID = Tokenizer.sos_eos_id
 PAD_ID = Tokenizer.blank_id  # never a target: the blank is not a text token
 
@@ -134,14 +142,48 @@ class SRUppLM(nn.Module):
         return self.out(self.norm(h)).float().log_softmax(-1), states
 
 
-def save_lm(model: SRUppLM, tokenizer_path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Write an LM directory atomically (an existing LM or model directory at ``out_dir`` is replaced)."""
+def save_lm(
+    model: SRUppLM,
+    tokenizer_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    fusion_weight: float | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
+    """Write an LM directory atomically (an existing LM or model directory at ``out_dir`` is replaced), its floating
+    weights stored in ``dtype`` (loading casts them back); ``fusion_weight``, when given, is recorded as the weight
+    to fuse it with by default (see :func:`read_fusion_weight`)."""
     tokenizer = Tokenizer(tokenizer_path)
     if tokenizer.vocab_size != model.vocab_size:
         raise UserError(f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, the LM {model.vocab_size}")
     weights = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
-    config = {"format_version": FORMAT_VERSION, "lm": dict(model.config)}
+    weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
+    for key, value in weights.items():
+        if not value.isfinite().all():
+            raise UserError(f"{out_dir}: LM weight {key} is not finite in {dtype} (store it as float32)")
+    config: dict[str, Any] = {"format_version": FORMAT_VERSION, "lm": dict(model.config)}
+    if fusion_weight is not None:
+        config[FUSION_WEIGHT_KEY] = check_fusion_weight(fusion_weight, f"{out_dir}: {FUSION_WEIGHT_KEY}")
     return write_model_dir(out_dir, config, weights, tokenizer_path)
+
+
+def check_fusion_weight(value: Any, what: str) -> float:
+    """``value`` as a fusion weight (a finite number >= 0); a one-line UserError starting with ``what`` if not."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    if not ok:
+        raise UserError(f"{what} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def read_fusion_weight(lm_dir: str | os.PathLike) -> float | None:
+    """The fusion weight recorded in ``lm_dir/config.yaml`` (None when it records none, as ``train-lm`` output);
+    a missing or unreadable config, or a bad weight, is a one-line UserError naming the file."""
+    config_path = Path(lm_dir) / CONFIG_FILE
+    if not Path(lm_dir).is_dir():
+        raise UserError(f"{lm_dir}: LM directory not found")
+    if not config_path.is_file():
+        raise UserError(f"{config_path}: not found (not a srupp-asr LM directory)")
+    value = read_yaml_mapping(config_path, "LM config").get(FUSION_WEIGHT_KEY)
+    return None if value is None else check_fusion_weight(value, f"{config_path}: {FUSION_WEIGHT_KEY}")
 
 
 def load_lm(lm_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[SRUppLM, Tokenizer]:

@@ -5,6 +5,8 @@ A model directory holds::
     MODEL_DIR/config.yaml         format_version, sample_rate and the ASRModel constructor arguments
     MODEL_DIR/model.safetensors   the ASRModel state dict (CMVN stats included), keys without Lightning's prefix
     MODEL_DIR/tokenizer.model     the sentencepiece model the weights were trained with
+    MODEL_DIR/lm/                 optional: the model's SRU++ language model, an LM directory (:mod:`srupp_asr.lm`)
+                                  with its default fusion weight; ``transcribe``/``evaluate`` fuse it by default
 
 or, written with a shard size limit (``--max-shard-size``) that the weights exceed, the state dict split as Hugging
 Face splits it: ``model-00001-of-0000N.safetensors`` ... and ``model.safetensors.index.json`` (``{"metadata":
@@ -116,10 +118,12 @@ def export_model(
     source: Mapping[str, Any] | None = None,
     dtype: torch.dtype = torch.float32,
     max_shard_bytes: int | None = None,
+    subdirs: Mapping[str, Callable[[Path], object]] | None = None,
 ) -> Path:
     """Write a model directory (config.yaml, model.safetensors, tokenizer.model) atomically; ``source`` (optional)
     records where the weights came from. An existing model directory at ``out_dir`` is replaced. Floating weights
-    are stored in ``dtype`` (CMVN stats keep float32); ``max_shard_bytes`` splits them (see :func:`write_model_dir`)."""
+    are stored in ``dtype`` (CMVN stats keep float32); ``max_shard_bytes`` splits them, ``subdirs`` adds folders
+    (the LM, ``lm/``) in the same atomic write (see :func:`write_model_dir`)."""
     out_dir, tokenizer_path = Path(out_dir), Path(tokenizer_path)
     tokenizer = Tokenizer(tokenizer_path)
     if tokenizer.vocab_size != model_config.get("vocab_size"):
@@ -135,7 +139,8 @@ def export_model(
     config: dict[str, Any] = {"format_version": FORMAT_VERSION, "sample_rate": SAMPLE_RATE, "model": model.config}
     if source:
         config["source"] = dict(source)
-    return write_model_dir(out_dir, config, _cast_for_storage(weights, dtype, out_dir), tokenizer_path, max_shard_bytes)
+    stored = _cast_for_storage(weights, dtype, out_dir)
+    return write_model_dir(out_dir, config, stored, tokenizer_path, max_shard_bytes, subdirs)
 
 
 def _cast_for_storage(
@@ -157,11 +162,14 @@ def write_model_dir(
     weights: Mapping[str, torch.Tensor],
     tokenizer_path: str | os.PathLike,
     max_shard_bytes: int | None = None,
+    subdirs: Mapping[str, Callable[[Path], object]] | None = None,
 ) -> Path:
     """Write ``config.yaml``, ``model.safetensors`` and a copy of the tokenizer as the directory ``out_dir``, all or
     nothing: the files go to a hidden sibling that replaces ``out_dir`` (an empty or model directory) at the end.
     Weights that would make a file larger than ``max_shard_bytes`` are written as shards of at most that size with
-    an index (:data:`SHARD_FILE`, :data:`WEIGHTS_INDEX_FILE`); a single tensor too big for one is a UserError."""
+    an index (:data:`SHARD_FILE`, :data:`WEIGHTS_INDEX_FILE`); a single tensor too big for one is a UserError.
+    ``subdirs`` maps a folder name to a function that writes that folder (given its path) before the swap, so a
+    model and its LM (``lm/``) appear together or not at all."""
     out_dir = Path(out_dir)
     check_replaceable(out_dir)
     shards = _pack_shards(weights, max_shard_bytes, out_dir)
@@ -172,6 +180,8 @@ def write_model_dir(
         _write_weights(tmp, shards)
         with atomic_output(tmp / TOKENIZER_FILE) as path:
             shutil.copyfile(tokenizer_path, path)
+        for name, write in (subdirs or {}).items():
+            write(tmp / name)
         _swap_in(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -73,7 +73,9 @@ DEFAULT_MODEL_ENV = "SRUPP_ASR_DEFAULT_MODEL"
 DECODING_MODES = ("ctc_greedy", "ctc_prefix_beam", "joint", "rescoring")
 DEFAULT_DECODING = "joint"  # the most accurate mode; long recordings are cut at pauses into pieces for it
 DEFAULT_BATCH_SIZE = 8
-DEFAULT_LM_WEIGHT = 0.3  # with --lm and no --lm-weight (ESPnet's LibriSpeech recipes use 0.3-0.6)
+# with --lm and no --lm-weight, when the LM directory records no weight of its own (a model directory's lm/ does;
+# ESPnet's LibriSpeech recipes use 0.3-0.6)
+DEFAULT_LM_WEIGHT = 0.3
 MAX_CHUNK_SECONDS = 600.0  # the most audio decoded at once (a whole file, a chunk or a padded batch)
 # The range of --max-chunk-seconds: shorter chunks hold too little speech to recognise (0.5 s gives garbage, under
 # 25 ms not one feature frame: nothing); 10^9 s is beyond any memory (and inf cannot be counted in samples).
@@ -247,6 +249,7 @@ class _Transcriber:
 
         self.model, self.tokenizer, self.options, self.model_dir = model, tokenizer, options, model_dir
         self.lm = lm
+        self.lm_name: str | None = None  # the fused LM's directory, stated in every transcript's decoding settings
         self.rate = SAMPLE_RATE
         self.max_samples = int(max_chunk_seconds * SAMPLE_RATE)
         self.overlap_samples = int(chunk_overlap * SAMPLE_RATE)
@@ -291,7 +294,7 @@ class _Transcriber:
             text=transcript_text(segments),
             segments=segments,
             model=self.model_dir,
-            decoding=dataclasses.asdict(self.options),
+            decoding={**dataclasses.asdict(self.options), **({"lm": self.lm_name} if self.lm_name else {})},
             chunks=chunks,
             processing_seconds=seconds,
         )
@@ -419,6 +422,7 @@ def transcribe(
     length_penalty: float | None = None,
     lm: str | os.PathLike[str] | None = None,
     lm_weight: float | None = None,
+    no_lm: bool = False,
     threads: int | None = None,
     max_chunk_seconds: float = MAX_CHUNK_SECONDS,
     chunk_overlap: float | None = None,
@@ -440,8 +444,10 @@ def transcribe(
 
     ``output_dir`` set: each transcript is also written there as ``<stem>.<format>`` for each of ``output_format``
     (``"txt,srt"``, ``"all"``, or a list), atomically. ``decoding``, ``beam``, ``ctc_weight`` and
-    ``length_penalty`` are :class:`srupp_asr.decoding.DecodingOptions` (None: its default); ``lm`` an LM directory
-    from ``srupp-asr train-lm`` for shallow fusion with ``lm_weight`` (default 0.3). ``on_error(message)``
+    ``length_penalty`` are :class:`srupp_asr.decoding.DecodingOptions` (None: its default). Shallow fusion: the
+    model directory's own LM (``MODEL_DIR/lm``) with its recorded weight by default; ``lm`` another LM directory
+    (``srupp-asr train-lm``); ``lm_weight`` overrides the weight (0: no LM); ``no_lm`` decodes without one (see
+    :func:`choose_lm`). The fused LM's directory is in each transcript's ``decoding["lm"]``. ``on_error(message)``
     gets a one-line ``"PATH: reason"`` per file that cannot be transcribed; without it the first such file raises
     :class:`UserError`. ``on_transcript`` is called with each transcript in input order as soon as it is ready.
     ``on_warning(message)`` gets a one-line ``"PATH: reason"`` per file transcribed despite a problem (samples far
@@ -456,7 +462,8 @@ def transcribe(
     if chunk_overlap is None:
         chunk_overlap = min(CHUNK_OVERLAP, max_chunk_seconds / 4)
     _check_settings(batch_size, threads, max_chunk_seconds, chunk_overlap, max_segment_words, segment_pause)
-    options = decoding_options(decoding, beam, ctc_weight, length_penalty, lm, lm_weight)
+    check_lm_flags(lm, lm_weight, no_lm)
+    decoding_options(decoding, beam, ctc_weight, length_penalty)  # checked before anything is read
     given = samples_readers(inputs, sample_rate)  # None: inputs are paths
     if given is None and isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
@@ -476,7 +483,10 @@ def transcribe(
         torch.set_num_threads(threads)
     folder_lock = OutputDirLock(output_dir)  # one transcribe per output folder (released as this returns)
     loaded = model if isinstance(model, Model) else Model.load(model, device)
-    fusion_lm = load_fusion_lm(lm, loaded.tokenizer, str(loaded.device)) if lm is not None else None
+    choice = choose_lm(loaded.model_dir, decoding, lm, lm_weight, no_lm)
+    options = decoding_options(decoding, beam, ctc_weight, length_penalty, choice.path, choice.weight)
+    fusion_lm = loaded.fusion_lm(choice.path) if choice.path is not None else None
+    log.info("%s", choice.describe())
     worker = _Transcriber(
         loaded.net,
         loaded.tokenizer,
@@ -490,6 +500,7 @@ def transcribe(
         segment_pause,
         batch_size,
     )
+    worker.lm_name = str(choice.path) if choice.path is not None else None
 
     jobs = [_Job(i, path, name) for i, (path, name) in enumerate(zip(files, output_names(files), strict=True))]
     for job, reader in zip(jobs, readers, strict=False):
@@ -656,6 +667,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
         length_penalty=args.length_penalty,
         lm=args.lm,
         lm_weight=args.lm_weight,
+        no_lm=args.no_lm,
         threads=args.threads,
         max_chunk_seconds=args.max_chunk_seconds,
         chunk_overlap=args.chunk_overlap,
@@ -671,7 +683,11 @@ def transcribe_command(args: argparse.Namespace) -> int:
     warn_if_all_empty(transcripts, on_warning)
     if not args.quiet:
         audio, decoding = sum(t.duration for t in transcripts), sum(t.processing_seconds for t in transcripts)
-        print(summary_line(len(transcripts), failed, audio, wall, decoding), file=sys.stderr)
+        line = summary_line(len(transcripts), failed, audio, wall, decoding)
+        fused = transcripts[0].decoding if transcripts else {}
+        if fused.get("lm"):
+            line += f"; language model {fused['lm']} (weight {fused['lm_weight']:g}; --no-lm: without)"
+        print(line, file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -725,8 +741,18 @@ def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
     p.add_argument("--beam", "--beam_size", type=int, help="beam size of the beam modes (default 10)")
     p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
     p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
-    p.add_argument("--lm", metavar="DIR", help="SRU++ LM directory (srupp-asr train-lm) for shallow fusion")
-    p.add_argument("--lm-weight", type=float, help=f"weight of the LM's log-probability (default {DEFAULT_LM_WEIGHT})")
+    p.add_argument(
+        "--lm",
+        metavar="DIR",
+        help="SRU++ LM directory (srupp-asr train-lm) for shallow fusion (default: the model directory's lm/, if any)",
+    )
+    p.add_argument(
+        "--lm-weight",
+        type=float,
+        help="weight of the LM's log-probability; 0: no LM (default: the weight stored with the LM, else "
+        f"{DEFAULT_LM_WEIGHT})",
+    )
+    p.add_argument("--no-lm", action="store_true", help="decode without a language model (not the model's lm/ either)")
 
 
 def decoding_options(
@@ -738,18 +764,84 @@ def decoding_options(
     lm_weight: float | None = None,
 ) -> DecodingOptions:
     """:class:`srupp_asr.decoding.DecodingOptions` from the command-line values (None: the default; with an
-    ``lm``, ``lm_weight`` defaults to :data:`DEFAULT_LM_WEIGHT`); a bad value is a one-line UserError."""
+    ``lm``, ``lm_weight`` defaults to :data:`DEFAULT_LM_WEIGHT`); a bad value is a one-line UserError. ``lm`` is
+    the LM to be fused (see :func:`choose_lm`), not yet the model directory's own."""
     from srupp_asr.decoding import DecodingOptions
 
-    if lm_weight is not None and lm is None:
+    if lm_weight and lm is None:
         raise UserError("decoding options: --lm-weight needs --lm (an LM directory)")
-    if lm is not None and lm_weight is None:
+    if lm is None:
+        lm_weight = None
+    elif lm_weight is None:
         lm_weight = DEFAULT_LM_WEIGHT
     given = {"beam": beam, "ctc_weight": ctc_weight, "length_penalty": length_penalty, "lm_weight": lm_weight}
     try:
         return DecodingOptions(mode=decoding, **{k: v for k, v in given.items() if v is not None})
     except ValueError as err:
         raise UserError(f"decoding options: {err}") from None
+
+
+def check_lm_flags(lm: str | os.PathLike[str] | None, lm_weight: float | None, no_lm: bool) -> None:
+    """A one-line UserError for LM settings that contradict each other or a bad weight (before any work)."""
+    if lm_weight is not None and not (
+        isinstance(lm_weight, int | float) and math.isfinite(lm_weight) and lm_weight >= 0
+    ):
+        raise UserError(f"decoding options: lm_weight must be a finite number >= 0, got {lm_weight!r}")
+    if no_lm and lm is not None:
+        raise UserError("decoding options: --no-lm and --lm contradict each other")
+    if no_lm and lm_weight:
+        raise UserError(f"decoding options: --no-lm and --lm-weight {lm_weight:g} contradict each other")
+
+
+@dataclass(frozen=True)
+class LMChoice:
+    """The LM decoding fuses (``path``, None: none) with ``weight``, and where it came from (``origin``)."""
+
+    path: Path | None
+    weight: float | None
+    origin: str
+
+    def describe(self) -> str:
+        """One line for the log: which LM and why."""
+        if self.path is None:
+            return f"decoding without a language model ({self.origin})"
+        return f"fusing the language model {self.path} with weight {self.weight:g} ({self.origin})"
+
+
+def choose_lm(
+    model_dir: str | os.PathLike[str],
+    decoding: str,
+    lm: str | os.PathLike[str] | None = None,
+    lm_weight: float | None = None,
+    no_lm: bool = False,
+) -> LMChoice:
+    """Which LM to fuse, and with what weight: ``lm`` when given, else the model directory's own ``lm/``; its weight
+    ``lm_weight`` when given, else the one recorded in the LM's config.yaml (the model directory's LM always has
+    one), else :data:`DEFAULT_LM_WEIGHT`. ``no_lm`` or a weight of 0: none. ``ctc_greedy`` ignores the model's own
+    LM (it takes none) unless a weight is asked for, which :func:`decoding_options` then refuses, as it refuses
+    ``lm`` with ``ctc_greedy``."""
+    from srupp_asr.lm import LM_SUBDIR, read_fusion_weight
+
+    check_lm_flags(lm, lm_weight, no_lm)
+    if no_lm:
+        return LMChoice(None, None, "--no-lm")
+    if lm is not None:
+        path, origin = Path(lm), "--lm"
+    else:
+        path, origin = Path(model_dir) / LM_SUBDIR, f"the model directory's, {LM_SUBDIR}/"
+        if not os.path.lexists(path):
+            if lm_weight:
+                raise UserError(
+                    f"decoding options: --lm-weight needs --lm (an LM directory): {model_dir} has no {LM_SUBDIR}/"
+                )
+            return LMChoice(None, None, f"{model_dir} has no {LM_SUBDIR}/")
+        if decoding == "ctc_greedy" and not lm_weight:
+            return LMChoice(None, None, "ctc_greedy takes no LM")
+    weight = lm_weight if lm_weight is not None else read_fusion_weight(path)
+    weight = DEFAULT_LM_WEIGHT if weight is None else weight
+    if weight == 0:
+        return LMChoice(None, None, "fusion weight 0")
+    return LMChoice(path, weight, origin)
 
 
 def load_fusion_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer, device: str) -> SRUppLM:

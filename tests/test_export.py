@@ -562,3 +562,44 @@ def test_average_command_writes_float16_shards(tmp_path, tokenizer, capsys):
         "srupp-asr average: error: --max-shard-size: '15XB' is not a size (examples: 15MiB, 500KB, 1000000 bytes)\n"
     )
     assert files == sorted(p.name for p in out.iterdir())  # the model directory is untouched
+
+
+def test_average_command_ships_an_lm_in_the_model_directory(tmp_path, tokenizer, capsys):
+    from srupp_asr.lm import SRUppLM, load_lm, read_fusion_weight, save_lm
+
+    models = [seeded_model(seed, tokenizer.vocab_size) for seed in range(2)]
+    ckpts = [write_checkpoint(tmp_path / f"{i}.ckpt", m, i, {f"{i}.ckpt": 1.0}) for i, m in enumerate(models)]
+    torch.manual_seed(0)
+    lm = SRUppLM(tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, tokenizer.path, tmp_path / "lm")
+    out = tmp_path / "model"
+    common = ["average", "--ckpts", *map(str, ckpts), "--tokenizer", str(tokenizer.path), "--out", str(out)]
+    assert main([*common, "--lm", str(lm_dir), "--lm-weight", "0.45"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"with the LM of {lm_dir} as {out / 'lm'} (float16, default fusion weight 0.45)"
+    )
+    assert read_fusion_weight(out / "lm") == 0.45
+    assert load_file(out / "lm" / "model.safetensors")["out.weight"].dtype == torch.float16
+    shipped, _ = load_lm(out / "lm")
+    assert torch.equal(shipped.out.weight, lm.out.weight.half().float())
+    load_model(out)  # the model directory itself reads as before
+
+    # Without --lm-weight: the LM's own recorded weight, else 0.3; --lm-weight alone, or a bad LM, writes nothing.
+    assert main([*common, "--lm", str(out / "lm"), "--out", str(tmp_path / "again")]) == 0
+    assert read_fusion_weight(tmp_path / "again" / "lm") == 0.45
+    assert main([*common, "--lm", str(lm_dir), "--out", str(tmp_path / "third")]) == 0
+    assert read_fusion_weight(tmp_path / "third" / "lm") == 0.3
+    capsys.readouterr()
+    assert main([*common, "--lm-weight", "0.3"]) == 2
+    assert capsys.readouterr().err == (
+        "srupp-asr average: error: --lm-weight needs --lm (the LM directory to put into the model directory)\n"
+    )
+    other = Tokenizer.train(["zzz yyy"] * 5, tmp_path / "other.model", 8, "char")
+    save_lm(SRUppLM(other.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2), other.path, tmp_path / "o")
+    before = sorted(p.name for p in out.iterdir())
+    assert main([*common, "--lm", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the LM's tokenizer differs from the ASR model's" in err
+    assert main([*common, "--lm", str(lm_dir), "--lm-weight", "nan"]) == 2
+    assert "--lm-weight must be a finite number >= 0" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == before and read_fusion_weight(out / "lm") == 0.45

@@ -298,3 +298,122 @@ def test_sigterm_stops_train_lm_after_the_step_with_its_state_saved(tokenizer: T
         f"srupp-asr train-lm: terminated (SIGTERM) after step 3: saved {state}; resume with --resume"
     )
     assert torch.load(state, weights_only=True)["progress"]["step"] == 3
+
+
+# ------------------------------------------------------------------------------------------ an LM in a model directory
+
+
+@pytest.fixture()
+def shipped(tokenizer: Tokenizer, tmp_path: Path) -> dict[str, Path]:
+    """A tiny random ASR model directory without an LM (``plain``), the same with ``lm/`` (``with_lm``: an LM that
+    strongly prefers one piece, default weight 2), that LM's own directory (``lm``) and 1.5 s of noise (``wav``)."""
+    import numpy as np
+    import soundfile as sf
+
+    from srupp_asr.export import ship_lm
+    from srupp_asr.model_dir import export_model
+
+    torch.manual_seed(0)
+    model = ASRModel(tokenizer.vocab_size, d_model=32, encoder_conf={"num_layers": 1, "attn_dim": 16})
+    model.set_cmvn(torch.zeros(80), torch.ones(80))
+    plain = export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "plain")
+    with_lm = export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "with_lm")
+    lm = save_lm(biased_lm(tokenizer.vocab_size, tokenizer.encode("t")[-1]), tokenizer.path, tmp_path / "lm")
+    ship_lm(with_lm, lm, weight=2.0, dtype=torch.float32)
+    wav = tmp_path / "noise.wav"
+    sf.write(wav, np.random.default_rng(0).normal(0, 0.1, 24000).astype("float32"), 16000)
+    return {"plain": plain, "with_lm": with_lm, "lm": lm, "wav": wav}
+
+
+def _texts(model_dir: Path, wav: Path, **options) -> tuple[str, dict]:
+    from srupp_asr.transcribe import transcribe
+
+    (t,) = transcribe([wav], model_dir, device="cpu", beam=3, **options)
+    return t.text, t.decoding
+
+
+def test_a_model_directorys_lm_is_fused_by_default_as_with_lm_and_off_with_no_lm(shipped) -> None:
+    wav = shipped["wav"]
+    default, settings = _texts(shipped["with_lm"], wav)
+    assert settings["lm"] == str(shipped["with_lm"] / "lm") and settings["lm_weight"] == 2.0
+    assert _texts(shipped["with_lm"], wav, lm=shipped["with_lm"] / "lm") == (default, settings)
+    assert _texts(shipped["plain"], wav, lm=shipped["lm"], lm_weight=2.0)[0] == default
+    without = _texts(shipped["plain"], wav)
+    assert "lm" not in without[1] and without[1]["lm_weight"] == 0.0
+    assert default != without[0]  # the LM changed the result (it prefers one letter)
+    for off in ({"no_lm": True}, {"lm_weight": 0.0}):
+        text, decoding = _texts(shipped["with_lm"], wav, **off)
+        assert (text, decoding) == without, off
+    # another weight for the same LM, and ctc_greedy (which takes no LM) with a model that carries one
+    assert _texts(shipped["with_lm"], wav, lm_weight=0.5)[1]["lm_weight"] == 0.5
+    greedy = _texts(shipped["with_lm"], wav, decoding="ctc_greedy")
+    assert greedy == _texts(shipped["plain"], wav, decoding="ctc_greedy") and "lm" not in greedy[1]
+
+
+def test_the_loaded_api_model_fuses_its_lm_and_keeps_it(shipped) -> None:
+    import srupp_asr
+
+    model = srupp_asr.load_model(shipped["with_lm"], device="cpu")
+    first = model.transcribe(str(shipped["wav"]), beam=3)
+    assert first.decoding["lm"] == str(shipped["with_lm"] / "lm")
+    assert first.text == _texts(shipped["with_lm"], shipped["wav"])[0]
+    assert model.transcribe(str(shipped["wav"]), beam=3, no_lm=True).text == _texts(shipped["plain"], shipped["wav"])[0]
+    assert len(model._lms) == 1  # loaded once, reused by the next call
+    model.transcribe(str(shipped["wav"]), beam=3)
+    assert len(model._lms) == 1
+
+
+def test_shipped_lm_problems_are_one_line_errors(shipped, tokenizer: Tokenizer, tmp_path: Path, capsys) -> None:
+    wav, model_dir = str(shipped["wav"]), shipped["with_lm"]
+    base = ["transcribe", wav, "--model", str(model_dir), "--device", "cpu", "--beam", "3", "-q"]
+    assert main([*base, "--no-lm", "--lm", str(shipped["lm"])]) == 2
+    assert (
+        capsys.readouterr().err
+        == "srupp-asr transcribe: error: decoding options: --no-lm and --lm contradict each other\n"
+    )
+    assert main(["transcribe", wav, "--model", str(shipped["plain"]), "--lm-weight", "0.4", "-q"]) == 2
+    assert "--lm-weight needs --lm" in capsys.readouterr().err
+    assert main([*base, "--lm-weight", "-1"]) == 2
+    assert "lm_weight must be a finite number >= 0" in capsys.readouterr().err
+
+    # an lm/ trained with another tokenizer
+    other_tok = Tokenizer.train(["zzz yyy"] * 5, tmp_path / "other.model", 8, "char")
+    save_lm(tiny_lm(other_tok.vocab_size), other_tok.path, model_dir / "lm")
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{model_dir / 'lm'}: the LM's tokenizer differs" in err
+    assert main([*base, "--no-lm"]) == 0  # an unusable lm/ is never read when it is turned off
+    capsys.readouterr()
+
+    # a corrupt lm/: its weights cut short, then its config unreadable
+    save_lm(tiny_lm(tokenizer.vocab_size), tokenizer.path, model_dir / "lm")
+    weights = model_dir / "lm" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(weights) in err
+    (model_dir / "lm" / "config.yaml").write_text("fusion_weight: [\n")
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(model_dir / "lm" / "config.yaml") in err
+
+
+def test_evaluate_fuses_a_model_directorys_lm_by_default(shipped, tmp_path: Path, capsys) -> None:
+    from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
+
+    rec = Recording.from_file(shipped["wav"], recording_id="noise")
+    sup = SupervisionSegment(id="noise", recording_id="noise", start=0.0, duration=rec.duration, text="a cat")
+    cuts = tmp_path / "cuts.jsonl.gz"
+    CutSet.from_cuts([MonoCut("noise", 0.0, rec.duration, 0, recording=rec, supervisions=[sup])]).to_file(cuts)
+    hyps = {}
+    for name, extra in {
+        "default": [],
+        "with": ["--lm", str(shipped["lm"]), "--lm-weight", "2"],
+        "no": ["--no-lm"],
+    }.items():
+        argv = ["evaluate", "--model", str(shipped["with_lm"]), "--cuts", str(cuts), "--out-dir", str(tmp_path / name)]
+        assert main([*argv, "--device", "cpu", "--beam", "3", *extra]) == 0
+        out = capsys.readouterr().out
+        assert ("with the language model" in out) == (name != "no"), out
+        hyps[name] = (tmp_path / name / "hyp.jsonl").read_text()
+    assert hyps["default"] == hyps["with"] != hyps["no"]

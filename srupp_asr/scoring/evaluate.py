@@ -2,9 +2,10 @@
 
 Audio is loaded as training loads it (:class:`srupp_asr.data.ASRDataset`: resampled to 16 kHz, mono) and the
 references are the cuts' supervision texts normalised as training normalises them
-(:func:`srupp_asr.data.cut_text`). Cuts are decoded longest first, ``batch_size`` at a time; the report adds
+(:func:`srupp_asr.manifest.cut_text`). Cuts are decoded longest first, ``batch_size`` at a time; the report adds
 the decoding speed: audio hours, decoding seconds and the real-time factor (decoding time / audio time; the
-time to read audio files is reported apart).
+time to read audio files is reported apart). A model directory's own LM (``lm/``) is fused by default, as
+``transcribe`` does (:func:`srupp_asr.transcribe.choose_lm`); the report names the LM and its weight.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from typing import TYPE_CHECKING
 
 from srupp_asr.errors import UserError
 from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
-from srupp_asr.scoring.formats import Transcript, jsonl_text
+from srupp_asr.scoring.formats import UtteranceText, jsonl_text
 from srupp_asr.scoring.report import WORST, ReportInfo, write_report
 from srupp_asr.scoring.score import add_report_arguments, print_summary
 from srupp_asr.transcribe import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DECODING,
     add_decoding_arguments,
+    check_lm_flags,
+    choose_lm,
     decoding_options,
     default_model_dir,
     load_fusion_lm,
@@ -45,6 +48,7 @@ class DecodingSpeed:
     load_seconds: float  # reading and resampling audio files
     utterances: int
     device: str
+    lm: str = ""  # the fused LM and its weight (empty: none), for the closing line
 
     @property
     def rtf(self) -> float | None:
@@ -76,6 +80,7 @@ def evaluate(
     length_penalty: float | None = None,
     lm: str | os.PathLike | None = None,
     lm_weight: float | None = None,
+    no_lm: bool = False,
     device: str = "auto",
     batch_size: int = DEFAULT_BATCH_SIZE,
     train_log: str | os.PathLike | None = None,
@@ -96,19 +101,23 @@ def evaluate(
     from tqdm import tqdm
 
     from srupp_asr.audio import SAMPLE_RATE
-    from srupp_asr.data import ASRDataset, cut_text, load_cuts
+    from srupp_asr.data import ASRDataset
     from srupp_asr.decoding import decode
+    from srupp_asr.manifest import cut_text, load_cuts
     from srupp_asr.model_dir import load_model
 
     if batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {batch_size}")
-    options = decoding_options(decoding, beam, ctc_weight, length_penalty, lm, lm_weight)
+    check_lm_flags(lm, lm_weight, no_lm)
+    decoding_options(decoding, beam, ctc_weight, length_penalty)  # checked before anything is read
     cutset = load_cuts(cuts, allow_command_sources=allow_command_sources)
     device = resolve_device(device)
     if model is None:
         model = default_model_dir()
     net, tokenizer = load_model(model, device)
-    fusion_lm = load_fusion_lm(lm, tokenizer, device) if lm is not None else None
+    choice = choose_lm(model, decoding, lm, lm_weight, no_lm)
+    options = decoding_options(decoding, beam, ctc_weight, length_penalty, choice.path, choice.weight)
+    fusion_lm = load_fusion_lm(choice.path, tokenizer, device) if choice.path is not None else None
     dataset = ASRDataset(tokenizer)  # no augmentation: audio exactly as training reads it
     dataset.warn_load_errors = errors is None  # otherwise the caller prints them
 
@@ -116,9 +125,9 @@ def evaluate(
         return next((s.speaker for s in cut.supervisions if s.speaker), None)
 
     all_cuts = sorted(cutset, key=lambda c: -c.duration)
-    refs = [Transcript(c.id, cut_text(c), speaker(c)) for c in all_cuts]
+    refs = [UtteranceText(c.id, cut_text(c), speaker(c)) for c in all_cuts]
     speakers = {r.utt_id: r.speaker for r in refs}
-    hyps: list[Transcript] = []
+    hyps: list[UtteranceText] = []
     failed: dict[str, str] = {}  # cut id -> why its audio did not load
     decode_seconds = load_seconds = audio_samples = 0.0
     with tqdm(total=len(all_cuts), unit="utt", desc="decoding", disable=not progress, file=sys.stderr) as bar:
@@ -136,7 +145,7 @@ def evaluate(
                     torch.cuda.synchronize()
                 decode_seconds += time.perf_counter() - begin
                 audio_samples += float(batch["audio_lens"].sum())
-                hyps += [Transcript(i, h.text, speakers[i]) for i, h in zip(batch["cut_ids"], out, strict=True)]
+                hyps += [UtteranceText(i, h.text, speakers[i]) for i, h in zip(batch["cut_ids"], out, strict=True)]
             failed.update(dataset.load_errors)
             dataset.load_errors.clear()
             bar.update(min(batch_size, len(all_cuts) - start))
@@ -148,10 +157,11 @@ def evaluate(
     refs.sort(key=lambda t: order[t.utt_id])
     hyps.sort(key=lambda t: order[t.utt_id])
     result = score_transcripts(refs, hyps)
-    speed = DecodingSpeed(audio_samples / SAMPLE_RATE, decode_seconds, load_seconds, len(hyps), device)
+    fused = f"{choice.path} (weight {choice.weight:g}, {choice.origin})" if choice.path is not None else ""
+    speed = DecodingSpeed(audio_samples / SAMPLE_RATE, decode_seconds, load_seconds, len(hyps), device, fused)
     details = {"model": str(model), "decoding": _describe(options), **speed.details()}
-    if lm is not None:
-        details["lm"] = str(lm)
+    if fused:
+        details["lm"] = fused
     if failed:
         details["left out"] = f"{len(failed)} cut(s) whose audio did not load (not scored)"
     info = ReportInfo(name or _manifest_name(cuts), str(cuts), str(Path(out_dir) / "hyp.jsonl"), True, details)
@@ -186,6 +196,7 @@ def main(args: argparse.Namespace) -> int:
         length_penalty=args.length_penalty,
         lm=args.lm,
         lm_weight=args.lm_weight,
+        no_lm=args.no_lm,
         device=args.device,
         batch_size=args.batch_size,
         train_log=args.train_log,
@@ -199,7 +210,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"srupp-asr evaluate: error: {line}", file=sys.stderr)
     print_summary(result, args.name or _manifest_name(args.cuts), args.out_dir, args.cuts)
     rtf = "-" if speed.rtf is None else f"{speed.rtf:.4f}"
-    print(f"decoded {speed.audio_seconds / 3600:.3f} h of audio in {speed.decode_seconds:.1f} s, RTF {rtf}")
+    fused = f" with the language model {speed.lm}" if speed.lm else ""
+    print(f"decoded {speed.audio_seconds / 3600:.3f} h of audio in {speed.decode_seconds:.1f} s, RTF {rtf}{fused}")
     if errors:
         print(f"{len(errors)} cut(s) left out of the scores: their audio did not load (errors above)")
     return 1 if errors else 0
