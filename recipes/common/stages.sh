@@ -270,7 +270,9 @@ stage_train() {
 }
 
 # stage_average STAGE EXP NUM [OPTION ...]: average the NUM best checkpoints of the experiment folder EXP into the
-# model directory EXP/model (the OPTIONs go to `srupp-asr average`, e.g. --dtype float16 --max-shard-size 15MiB).
+# model directory EXP/model (the OPTIONs go to `srupp-asr average`, e.g. --dtype float16 --max-shard-size 15MiB;
+# --lm LM_DIR --lm-weight W ships a trained LM in EXP/model/lm, which evaluate and transcribe then fuse by default:
+# decode the systems meant without it with --no-lm).
 stage_average() {
   local n=$1 exp=$2 num=$3
   shift 3

@@ -15,7 +15,8 @@
 #      (srupp-asr train-lm) on the training side of the corpus' sentence pool (text/lm_train.txt: every sentence
 #      that is not a dev or test sentence, spoken in the corpus or not) into $exp/lm (resumes one that stopped)
 #   4  train (srupp-asr train fit; resumes from last.ckpt)
-#   5  average the best checkpoints into a model directory
+#   5  average the best checkpoints into a model directory ($exp/model; with --lm true it carries the LM of stage 3
+#      as lm/, fused by default at --lm-weight)
 #   6  decode and score the test sets (seen and held-out voices) with each decoding mode of --decodings (default
 #      "ctc_greedy joint joint+lm", without joint+lm under --lm false; srupp-asr evaluate; a mode written MODE+lm
 #      fuses the LM of stage 3 with --lm-weight), and with pocketsphinx (a pretrained recogniser, for comparison)
@@ -155,6 +156,7 @@ fi
 
 if runs 5; then
   split_words extra "$average_args"
+  if $lm; then extra+=(--lm "$exp/lm" --lm-weight "$lm_weight"); fi
   stage_average 5 "$exp" "$num_avg" "${extra[@]}"
 fi
 
@@ -182,7 +184,7 @@ if runs 6; then
     cuts=${pair#*=}
     for system in $decodings; do
       mode=${system%+lm}
-      fusion=()
+      fusion=(--no-lm)  # the model carries the LM (stage 5): a system without +lm decodes without it
       if [ "$mode" != "$system" ]; then fusion=(--lm "$exp/lm" --lm-weight "$lm_weight"); fi
       evaluate_into 6 "$exp/decode_${system}/$set" "results.md, report.html, hyp.trn" --model "$exp/model" \
         --cuts "$cuts" --decoding "$mode" --beam "$beam" --device "$device" \
