@@ -14,20 +14,24 @@ a folder of audio plus a table of transcripts), then:
 Prints a markdown table (WER % per set and system). Without the real data it prints a note and exits 0.
 
 ``--ablation``: the synthetic-to-real ablation. Each row fine-tunes the built-in model (``srupp-asr train fit
---model.init_from``, its config ``conf/synth_en_gpu.yaml`` on the CPU, float32) for the same wall-clock budget
-(``--minutes``) on one training mix, exports its last weights and is scored on the real dev sets like the built-in
-model (the first row, no training). The mixes are made with lhotse ``CutSet.mux`` (interleaved by weight):
+--model.init_from``, its config ``conf/synth_en_gpu.yaml`` on the CPU, float32) for the same number of optimizer
+steps (``--steps``; the minutes each row took are printed beside it, as a shared machine makes them vary), exports
+its last weights and is scored on the real dev sets and on the synthetic corpus's test sets like the built-in model
+(the first row, no training). The mixes are made with lhotse ``CutSet.mux`` (interleaved by weight):
 
 - ``real``: the real train splits (Speech Commands: other speakers than its dev split; FSDD: the other takes of
   the same 5 speakers);
 - ``real+synth``: those and a synthetic corpus (``--synth DIR``, made by ``srupp-asr synth-corpus``) repeated to an
   equal share of audio.
 
-Validation (for the logs only; the last weights are scored) is the synthetic corpus's dev split.
+The rows (:data:`ABLATION_ROWS`, ``--rows``): the ``real+synth`` baseline and one change each on top of it: the
+training-time channel augmentations of :mod:`srupp_asr.augment` (VTLP, random EQ, codecs), stronger speed and pitch
+perturbation, stronger SpecAugment. Validation (for the logs only; the last weights are scored) is the synthetic
+corpus's dev split.
 
     python benchmarks/real_speech.py                                  # the built-in model, all four dev sets
     python benchmarks/real_speech.py --model exp/a/model exp/b/model --sets ljspeech32 fsdd
-    python benchmarks/real_speech.py --ablation --synth exp/real_ablation/synth --minutes 8
+    python benchmarks/real_speech.py --ablation --synth exp/real_ablation/synth --steps 35
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,17 +177,57 @@ def real_dev_table(
     return lines
 
 
-# The ablation's training mixes (see the module docstring), in the order of the table.
+# The ablation's training mixes (see the module docstring).
 MIXES = ("real", "real+synth")
 # Fine-tuning on 2 CPU cores: the built-in model's config with a CPU trainer, a short warm-up to a lower peak LR,
-# batches of 40 s of audio (a few dozen steps fit a 10-minute budget on a shared 2-core machine), validation every
-# 50 batches.
+# batches of 40 s of audio, a fixed number of optimizer steps (``--steps``; no wall-clock limit, so a busy machine
+# makes a row slower, not shorter), validation every 50 batches.
 FINE_TUNE_ARGS = [
     "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.precision", "32-true",
+    "--trainer.max_time", "null", "--trainer.max_epochs", "-1",
     "--trainer.val_check_interval", "50", "--trainer.log_every_n_steps", "10",
     "--model.lr", "0.0005", "--model.warmup_steps", "10",
     "--data.max_duration", "40", "--data.num_workers", "1",
 ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AblationRow:
+    """One fine-tuned row: its training mix and the training arguments it adds (one change from the baseline)."""
+
+    name: str
+    mix: str
+    args: tuple[str, ...]
+    change: str
+
+
+def _augment(**settings: float) -> tuple[str, str]:
+    return ("--data.channel_augment", json.dumps(settings))
+
+
+# The ablation's rows after the built-in model, in the order of the table: the real+synth baseline (the best mix so
+# far) and one change each. Augmentation applies to every training cut, real and synthetic.
+ABLATION_ROWS = (
+    AblationRow("real", "real", (), "the real train splits alone"),
+    AblationRow("real+synth", "real+synth", (), "baseline: real + synthetic, speed 0.9/1.0/1.1, SpecAugment defaults"),
+    AblationRow("+vtlp", "real+synth", _augment(vtlp_prob=0.5), "VTLP, alpha 0.85-1.15, on half the cuts"),
+    AblationRow("+eq", "real+synth", _augment(eq_prob=0.5), "random microphone/loudspeaker EQ on half the cuts"),
+    AblationRow("+codec", "real+synth", _augment(codec_prob=0.5), "GSM / AMR-NB / Vorbis round trip, half the cuts"),
+    AblationRow(
+        "+speed/pitch",
+        "real+synth",
+        ("--data.speed_perturb", "[0.8,0.9,1.0,1.1,1.2]", *_augment(pitch_prob=0.5)),
+        "speed 0.8-1.2 (was 0.9-1.1), pitch +-300 cents on half the cuts",
+    ),
+    AblationRow(
+        "+specaugment",
+        "real+synth",
+        ("--model.specaugment", json.dumps({"freq_masks": 4, "time_width_ratio": 0.1})),
+        "SpecAugment: 4 frequency masks (was 2), time masks up to 10% of T (was 5%)",
+    ),
+)
+DEFAULT_ROWS = tuple(row.name for row in ABLATION_ROWS if row.name != "real")
+SYNTH_TESTS = ("test_seen", "test_unseen")
 
 
 def training_mix(mix: str, real_train: list[Path], synth_train: Path | None, out: Path, seed: int = 0) -> Path:
@@ -206,48 +251,88 @@ def training_mix(mix: str, real_train: list[Path], synth_train: Path | None, out
     return out
 
 
-def fine_tune(mix_cuts: Path, valid_cuts: Path, exp: Path, minutes: float, base: Path) -> Path:
-    """Fine-tune ``base`` on ``mix_cuts`` for ``minutes`` of wall clock into ``exp``; export the last weights to
-    ``exp/model`` (reused when present) and return it."""
-    model = exp / "model"
-    if (model / "config.yaml").is_file():
-        return model
-    cli = [sys.executable, "-m", "srupp_asr.cli"]
-    budget = f"00:00:{int(minutes):02d}:{round(60 * (minutes % 1)):02d}"
-    cmd = [*cli, "train", "fit", "--config", str(ROOT / "conf" / "synth_en_gpu.yaml"), *FINE_TUNE_ARGS]
-    cmd += ["--trainer.max_time", budget, "--trainer.default_root_dir", str(exp), "--overwrite", "true"]
+def fine_tune_command(mix_cuts: Path, valid_cuts: Path, exp: Path, steps: int, base: Path, extra=()) -> list[str]:
+    """The ``srupp-asr train fit`` command of one ablation row: ``steps`` optimizer steps from ``base``."""
+    cmd = [sys.executable, "-m", "srupp_asr.cli", "train", "fit", "--config", str(ROOT / "conf" / "synth_en_gpu.yaml")]
+    cmd += [*FINE_TUNE_ARGS, "--trainer.max_steps", str(steps), *extra]
+    cmd += ["--trainer.default_root_dir", str(exp), "--overwrite", "true"]
     cmd += ["--model.init_from", str(base), "--data.tokenizer", str(base / "tokenizer.model")]
-    cmd += ["--data.train_cuts", str(mix_cuts), "--data.valid_cuts", str(valid_cuts)]
+    return [*cmd, "--data.train_cuts", str(mix_cuts), "--data.valid_cuts", str(valid_cuts)]
+
+
+def fine_tune(mix_cuts: Path, valid_cuts: Path, exp: Path, steps: int, base: Path, extra=()) -> tuple[Path, float]:
+    """Fine-tune ``base`` on ``mix_cuts`` for ``steps`` optimizer steps into ``exp``, export the last weights to
+    ``exp/model``; returns (the model, training minutes). A finished row (``exp/model`` and ``exp/row.json``) is
+    reused."""
+    model, record = exp / "model", exp / "row.json"
+    if (model / "config.yaml").is_file() and record.is_file():
+        return model, json.loads(record.read_text())["train_minutes"]
+    cmd = fine_tune_command(mix_cuts, valid_cuts, exp, steps, base, extra)
     exp.mkdir(parents=True, exist_ok=True)
-    print(f"[{exp.name}] fine-tuning for {minutes:g} min: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    print(f"[{exp.name}] fine-tuning for {steps} steps: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    begin = time.perf_counter()
     with open(exp / "train.log", "w") as log:
         subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
+    minutes = (time.perf_counter() - begin) / 60
     last = exp / "checkpoints" / "last.ckpt"
+    cli = [sys.executable, "-m", "srupp_asr.cli"]
     subprocess.run([*cli, "average", "--ckpts", str(last), "--out", str(model)], check=True, capture_output=True)
-    return model
+    done, _ = trained_steps(exp)
+    record.write_text(json.dumps({"steps": done, "train_minutes": minutes, "command": cmd}, indent=1) + "\n")
+    return model, minutes
 
 
-def ablation(real_dev: Path, work: Path, synth: Path, minutes: float, sets: tuple[str, ...]) -> list[str]:
-    """The ablation table: the built-in model, then one fine-tuned row per mix of :data:`MIXES`."""
+def ablation(
+    real_dev: Path, work: Path, synth: Path, steps: int, sets: tuple[str, ...], rows: tuple[str, ...] = DEFAULT_ROWS
+) -> list[str]:
+    """The ablation table: the built-in model, then one fine-tuned row per name in ``rows`` (of
+    :data:`ABLATION_ROWS`), each scored on the real dev ``sets`` and the synthetic corpus's test sets."""
     from srupp_asr.transcribe import default_model_dir
 
     manifests = import_real_sets(real_dev, work / "manifests", tuple(dict.fromkeys([*sets, "speech_commands", "fsdd"])))
     real_train = [manifests[name]["train"] for name in ("speech_commands", "fsdd")]
     synth_manifests = synth / "manifests"
+    tests = {f"synth {t}": synth_manifests / f"{t}_cuts.jsonl.gz" for t in SYNTH_TESTS}
+    scored = {name: manifests[name]["dev"] for name in sets} | {k: v for k, v in tests.items() if v.is_file()}
     base = default_model_dir()
-    models = {"built-in": base}
-    for mix in MIXES:
-        cuts = training_mix(mix, real_train, synth_manifests / "train_cuts.jsonl.gz", work / f"mix_{mix}.jsonl.gz")
-        models[f"{mix} fine-tune"] = fine_tune(
-            cuts, synth_manifests / "dev_cuts.jsonl.gz", work / f"ft_{mix}", minutes, base
-        )
-    lines = real_dev_table(real_dev, work, models, sets, pocketsphinx=False)
-    for mix in MIXES:
-        steps, seconds = trained_steps(work / f"ft_{mix}")
-        lines.append(
-            f"\n{mix} fine-tune: {steps} steps, at most {seconds / 60:.0f} min of audio ({minutes:g} min budget)"
-        )
+    by_name = {row.name: row for row in ABLATION_ROWS}
+    lines = [
+        "| row | change | steps | training min | " + " | ".join(f"{name} WER %" for name in scored) + " |",
+        "|---|---|---|---|" + "---|" * len(scored),
+    ]
+    todo: list[AblationRow | None] = [None, *(by_name[name] for name in rows)]  # None: the built-in model
+    for row in todo:
+        if row is None:
+            label, change, model, folder, done, minutes = (
+                "built-in",
+                "the shipped model, no training",
+                base,
+                "",
+                None,
+                0,
+            )
+        else:
+            mix = work / f"mix_{row.mix}.jsonl.gz"
+            if not mix.is_file():
+                training_mix(row.mix, real_train, synth_manifests / "train_cuts.jsonl.gz", mix)
+            folder = f"steps{steps}_{_slug(row.name)}"
+            model, minutes = fine_tune(mix, synth_manifests / "dev_cuts.jsonl.gz", work / folder, steps, base, row.args)
+            label, change, done = row.name, row.change, trained_steps(work / folder)[0]
+        cells = []
+        for set_name, cuts in scored.items():
+            begin = time.perf_counter()
+            wer, _ = score_model(model, cuts, work / "decode" / (folder or "built-in") / _slug(set_name))
+            print(f"[{label}] {set_name}: WER {wer:.1f}% in {time.perf_counter() - begin:.0f} s", file=sys.stderr)
+            cells.append(f"{wer:.1f}")
+        counts, train = ("-", "-") if done is None else (str(done), f"{minutes:.1f}")
+        lines.append(f"| {label} | {change} | {counts} | {train} | " + " | ".join(cells) + " |")
+        print(lines[-1], file=sys.stderr, flush=True)
     return lines
+
+
+def _slug(name: str) -> str:
+    """A folder name for a row or set name."""
+    return name.replace("/", "_").replace(" ", "_").lstrip("+") or "row"
 
 
 def trained_steps(exp: Path) -> tuple[int, float]:
@@ -272,7 +357,9 @@ def main() -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--ablation", action="store_true", help="fine-tune the built-in model on each mix and score it")
     p.add_argument("--synth", type=Path, help="--ablation: a synth-corpus folder (its manifests/ are used)")
-    p.add_argument("--minutes", type=float, default=8.0, help="--ablation: training wall clock per row")
+    p.add_argument("--steps", type=int, default=30, help="--ablation: optimizer steps per fine-tuned row")
+    rows = [row.name for row in ABLATION_ROWS]
+    p.add_argument("--rows", nargs="+", choices=rows, default=list(DEFAULT_ROWS), help="--ablation: rows to run")
     args = p.parse_args()
     from srupp_asr.errors import UserError
     from srupp_asr.transcribe import DEFAULT_DECODING, default_model_dir
@@ -285,20 +372,21 @@ def main() -> int:
         if args.ablation:
             if args.synth is None or not (args.synth / "manifests" / "train_cuts.jsonl.gz").is_file():
                 raise UserError(f"--ablation needs --synth DIR, a synth-corpus folder (got {args.synth})")
-            lines = ablation(real_dev, args.exp / "ablation", args.synth, args.minutes, tuple(args.sets))
-            print("\n".join(lines))
-            return 0
-        models = {"built-in": default_model_dir()} if not args.model else {_label(m): m for m in args.model}
-        lines = real_dev_table(
-            real_dev,
-            args.exp,
-            models,
-            tuple(args.sets),
-            args.decoding,
-            not args.no_pocketsphinx,
-            args.jobs,
-            args.device,
-        )
+            lines = ablation(
+                real_dev, args.exp / "ablation", args.synth, args.steps, tuple(args.sets), tuple(args.rows)
+            )
+        else:
+            models = {"built-in": default_model_dir()} if not args.model else {_label(m): m for m in args.model}
+            lines = real_dev_table(
+                real_dev,
+                args.exp,
+                models,
+                tuple(args.sets),
+                args.decoding,
+                not args.no_pocketsphinx,
+                args.jobs,
+                args.device,
+            )
     except UserError as err:
         print(f"real_speech: error: {err}", file=sys.stderr)
         return 2

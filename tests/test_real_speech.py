@@ -192,3 +192,29 @@ def test_the_ablation_mixes_hold_every_real_cut_and_an_equal_share_of_synthetic_
     assert sum(c.duration for c in synthetic) == 6.0  # 7.5 s of real audio: 3 s of synthetic repeated twice
     with pytest.raises(ValueError, match="unknown mix"):
         rs.training_mix("synth", [words], synth, tmp_path / "x.jsonl.gz")
+
+
+def test_each_ablation_row_trains_a_fixed_number_of_steps_with_one_change(rs, tmp_path):
+    from srupp_asr.augment import ChannelAugment
+
+    rows = {row.name: row for row in rs.ABLATION_ROWS}
+    assert len(rows) == len(rs.ABLATION_ROWS) and set(rs.DEFAULT_ROWS) <= set(rows)
+    assert rows["real+synth"].args == () and all(row.mix in rs.MIXES for row in rows.values())
+    base = tmp_path / "base"
+    commands = {}
+    for name, row in rows.items():
+        cmd = rs.fine_tune_command(
+            tmp_path / "mix.jsonl.gz", tmp_path / "dev.jsonl.gz", tmp_path / name, 7, base, row.args
+        )
+        options = dict(zip(cmd[5::2], cmd[6::2], strict=False))  # after: python -m srupp_asr.cli train fit
+        assert options["--trainer.max_steps"] == "7" and options["--trainer.max_time"] == "null"
+        assert options["--model.init_from"] == str(base)
+        if "--data.channel_augment" in options:  # a setting training accepts, with one step switched on
+            augment = ChannelAugment.from_config(json.loads(options["--data.channel_augment"]))
+            assert sum(p > 0 for p in (augment.pitch_prob, augment.vtlp_prob, augment.eq_prob, augment.codec_prob)) == 1
+        commands[name] = cmd
+    baseline = commands["real+synth"]
+    for name in rs.DEFAULT_ROWS:
+        if name != "real+synth":  # the baseline's command plus this row's own arguments, nothing else
+            extra = [a for a in commands[name] if a not in baseline and not a.startswith(str(tmp_path))]
+            assert extra == [a for a in rows[name].args if a not in baseline] and extra
