@@ -88,7 +88,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             importlib.import_module(module).add_parser(sub)
         else:
             sub.add_parser(name, help=help_text, add_help=False)
+    _no_abbreviations(parser)
     return parser
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """Turn off argparse's abbreviations in ``parser`` and its sub-parsers: ``evaluate --cut`` is then a misspelt
+    ``--cuts`` with a suggestion, not an abbreviation that a new option could make ambiguous."""
+    parser.allow_abbrev = False
+    for sub in _subparsers(parser).values():
+        _no_abbreviations(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,12 +108,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"srupp-asr: error: {_no_such_command(command)}", file=sys.stderr)
         return 2
     parser = build_parser(command)
+    sub, rest = _command_parser(parser, argv)
+    # A misspelt option is named before argparse parses anything: parsing would first complain of a required
+    # option it then lacks (score --hypp h.txt: "--hyp is required"), with the usage and no suggestion.
+    option = _unknown_option(sub, rest) if command != "train" else None  # train: LightningCLI checks its own
+    if option is not None:
+        print(f"{sub.prog}: error: {_unknown_argument(sub, option)}", file=sys.stderr)
+        return 2
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        sub = _subparsers(parser).get(command, parser)
-        print(
-            f"srupp-asr{' ' + command if command else ''}: error: {_unknown_argument(sub, unknown[0])}", file=sys.stderr
-        )
+        print(f"{sub.prog}: error: {_unknown_argument(sub, unknown[0])}", file=sys.stderr)
         return 2
     if not getattr(args, "func", None):
         parser.print_help()
@@ -117,6 +130,34 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
     return {}
+
+
+def _command_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The parser of the (sub-)command ``argv`` names (``srupp-asr``'s own, ``transcribe``'s, ``prepare kaldi``'s)
+    and the words after its name."""
+    rest = list(argv)
+    while subs := _subparsers(parser):
+        i = next((i for i, word in enumerate(rest) if not word.startswith("-")), None)
+        if i is None or rest[i] not in subs:
+            break
+        parser, rest = subs[rest[i]], rest[i + 1 :]
+    return parser, rest
+
+
+def _unknown_option(parser: argparse.ArgumentParser, words: Sequence[str]) -> str | None:
+    """The first of ``words`` that looks like an option (``--name``, ``--name=value``, ``-x``) and is none of
+    ``parser``'s; None when all are. Negative numbers, ``-`` and anything after ``--`` are values."""
+    known = parser._option_string_actions
+    for word in words:
+        if word == "--":
+            break
+        if not word.startswith("-") or word == "-" or parser._negative_number_matcher.match(word):
+            continue
+        option = word.split("=", 1)[0]
+        if option in known or (not option.startswith("--") and option[:2] in known):  # -x, -xVALUE
+            continue
+        return option
+    return None
 
 
 def _no_such_command(word: str) -> str:
@@ -132,8 +173,9 @@ def _no_such_command(word: str) -> str:
 
 
 def _unknown_argument(parser: argparse.ArgumentParser, word: str) -> str:
-    """One line for an argument ``parser`` does not take, naming the nearest option (``_`` and ``-`` alike, the
-    option's main spelling suggested: ``--beam-size`` -> ``--beam``)."""
+    """One line for an argument ``parser`` does not take, naming the options it begins (``--out`` ->
+    ``--output-dir or --output-format``), else the nearest one (``_`` and ``-`` alike, the option's main spelling
+    suggested: ``--beam-size`` -> ``--beam``)."""
     if not word.startswith("-"):
         return f"unexpected argument {word!r} (see {parser.prog} --help)"
     option = word.split("=", 1)[0]
@@ -142,8 +184,10 @@ def _unknown_argument(parser: argparse.ArgumentParser, word: str) -> str:
         longs = [s for s in action.option_strings if s.startswith("--")]
         for spelling in action.option_strings:
             spellings.setdefault(spelling.lower().replace("_", "-"), longs[0] if longs else spelling)
-    close = difflib.get_close_matches(option.lower().replace("_", "-"), spellings, n=1, cutoff=0.6)
-    hint = f"did you mean {spellings[close[0]]}?" if close else f"see {parser.prog} --help"
+    word = option.lower().replace("_", "-")
+    begun = sorted({spellings[s] for s in spellings if s.startswith(word)}) if word.startswith("--") else []
+    close = begun[:3] or [spellings[s] for s in difflib.get_close_matches(word, spellings, n=1, cutoff=0.6)]
+    hint = f"did you mean {' or '.join(close)}?" if close else f"see {parser.prog} --help"
     return f"unknown option {option} ({hint})"
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Offline English: a corpus synthesised from Debian's TTS voices, an SRU++ model trained on it, on a CPU.
 #
-#   recipes/synth_en/run.sh [--stage N] [--stop-stage N] [--size tiny|small|large] [--seed S] [--nj N]
+#   recipes/synth_en/run.sh [--stage N] [--stop-stage N] [--size walkthrough|tiny|small|large] [--seed S] [--nj N]
 #                           [--hours H] [--non-free] [--data DIR] [--exp DIR] [--config YAML] [--vocab-size N]
 #                           [--num-avg N] [--train-args "..."] [--average-args "..."] [--decodings "MODE ..."] [--beam N]
 #                           [--device cpu|cuda] [--pocketsphinx true|false] [--lm true|false]
@@ -24,7 +24,13 @@
 #      ../shared/data/real_en beside the repository when present, skipped with a note when not; "none" skips
 #      them), imported with `srupp-asr prepare table` into $data/real_en and named real_<set> in the results
 #   7  score pocketsphinx's transcripts and write the summary table $exp/RESULTS.md
-# --config defaults by size: tiny -> conf/tiny_cpu.yaml, small -> conf/synth_en_cpu.yaml, large -> conf/train_srupp.yaml
+# --config defaults by size: walkthrough -> conf/walkthrough_cpu.yaml, tiny -> conf/tiny_cpu.yaml,
+# small -> conf/synth_en_cpu.yaml, large -> conf/train_srupp.yaml
+#
+# --size walkthrough (under 10 minutes on 2 CPU cores): the tiny corpus, then 3 minutes of fine-tuning of the built-in
+# model (srupp_asr/default_model, train fit --model.init_from): stage 2 writes that model's CMVN statistics, stage 3
+# copies its tokenizer (--vocab-size does not apply), and its defaults are --data data/synth_en_walkthrough,
+# --exp exp/synth_en_walkthrough, --num-avg 2, --lm false, --pocketsphinx false and --real-dev none.
 set -euo pipefail
 recipe=synth_en
 # shellcheck source=recipes/common/stages.sh
@@ -37,31 +43,39 @@ hours=""
 seed=0
 nj=$(nproc)
 non_free=false
-data=data/synth_en
-exp=exp/synth_en
+data=""  # data/synth_en (walkthrough: data/synth_en_walkthrough)
+exp=""  # exp/synth_en (walkthrough: exp/synth_en_walkthrough)
 config=""
 vocab_size=256
-num_avg=5
+num_avg=""  # 5 (walkthrough: 2)
 train_args=""
 average_args=""
 decodings=""  # ctc_greedy joint joint+lm, without joint+lm under --lm false
 beam=10
 device=cpu
-pocketsphinx=true
-lm=true
+pocketsphinx=""  # true (walkthrough: false)
+lm=""  # true (walkthrough: false)
 lm_args=""
 lm_weight=0.3
 test_sets="test_seen test_unseen"
-real_dev=""  # ../shared/data/real_en when present
+real_dev=""  # ../shared/data/real_en when present (walkthrough: none)
 real_sets="ljspeech32 pocketsphinx_testdata fsdd speech_commands"
 
 options=(  # option kind (see parse_options in recipes/common/stages.sh)
-  --stage stage --stop-stage stage --size "tiny|small|large" --hours positive --seed whole --nj count
+  --stage stage --stop-stage stage --size "walkthrough|tiny|small|large" --hours positive --seed whole --nj count
   --non-free flag --data dir --exp dir --config file --vocab-size count --num-avg count --train-args args
   --average-args args --decodings fusion-modes --beam count --device "cpu|cuda" --pocketsphinx bool --lm bool
   --lm-args args --lm-weight number --real-dev text
 )
 parse_options "$@"
+
+# The defaults that depend on --size (an option given on the command line keeps its value).
+if [ "$size" = walkthrough ]; then
+  : "${data:=data/synth_en_walkthrough}" "${exp:=exp/synth_en_walkthrough}" "${num_avg:=2}" "${lm:=false}"
+  : "${pocketsphinx:=false}" "${real_dev:=none}"
+else
+  : "${data:=data/synth_en}" "${exp:=exp/synth_en}" "${num_avg:=5}" "${lm:=true}" "${pocketsphinx:=true}"
+fi
 
 if [ -z "$real_dev" ]; then
   if [ -d "$repo_root/../shared/data/real_en" ]; then real_dev=$(cd "$repo_root/../shared/data/real_en" && pwd); fi
@@ -82,6 +96,7 @@ find_srupp  # srupp-asr from PATH, else the one `make` installed in .venv (and $
 
 if [ -z "$config" ]; then
   case "$size" in
+    walkthrough) config=conf/walkthrough_cpu.yaml ;;
     tiny) config=conf/tiny_cpu.yaml ;;
     small) config=conf/synth_en_cpu.yaml ;;
     *) config=conf/train_srupp.yaml ;;
@@ -91,6 +106,13 @@ corpus=$data/corpus
 manifests=$corpus/manifests
 free_flag=()
 if $non_free; then free_flag=(--non-free); fi
+builtin=""  # the walkthrough's starting point: the built-in model shipped in the package
+init_args=()
+if [ "$size" = walkthrough ]; then
+  builtin=$("$py" -c 'import pathlib, srupp_asr; print(pathlib.Path(srupp_asr.__file__).parent / "default_model")')
+  [ -f "$builtin/config.yaml" ] || die "--size walkthrough fine-tunes the built-in model, and $builtin has none"
+  init_args=(--model.init_from "$builtin")
+fi
 
 if runs 0; then
   packages=$(awk '!/^#/ && NF { print $2 }' recipes/synth_en/local/packages.txt)
@@ -121,6 +143,7 @@ fi
 
 if runs 1; then
   amount=(--size "$size")
+  if [ "$size" = walkthrough ]; then amount=(--size tiny); fi
   if [ -n "$hours" ]; then amount=(--hours "$hours"); fi
   log 1 "synthesising the corpus (${amount[*]}) into $corpus (seed $seed, $nj jobs; a rerun completes it)"
   srupp synth-corpus "$corpus" "${amount[@]}" --seed "$seed" --jobs "$nj" "${free_flag[@]}"
@@ -128,11 +151,26 @@ if runs 1; then
 fi
 
 if runs 2; then
-  stage_cmvn 2 "$manifests/train_cuts.jsonl.gz" "$data/cmvn.json" 0
+  if [ -z "$builtin" ]; then
+    stage_cmvn 2 "$manifests/train_cuts.jsonl.gz" "$data/cmvn.json" 0
+  elif [ -f "$data/cmvn.json" ]; then
+    log 2 "$data/cmvn.json exists, skipping"
+  else  # fine-tuning keeps the features the built-in model was trained on
+    "$py" recipes/synth_en/local/model_cmvn.py "$builtin" "$data/cmvn.json"
+    log 2 "wrote $data/cmvn.json (the built-in model's CMVN statistics)"
+  fi
 fi
 
 if runs 3; then
-  stage_tokenizer 3 "$manifests/train_cuts.jsonl.gz" "$data/tokenizer.model" "$vocab_size" unigram
+  if [ -z "$builtin" ]; then
+    stage_tokenizer 3 "$manifests/train_cuts.jsonl.gz" "$data/tokenizer.model" "$vocab_size" unigram
+  elif [ -f "$data/tokenizer.model" ]; then
+    log 3 "$data/tokenizer.model exists, skipping"
+  else  # the same ids must mean the same pieces as in the weights fine-tuned
+    mkdir -p "$data"
+    cp "$builtin/tokenizer.model" "$data/tokenizer.model"
+    log 3 "wrote $data/tokenizer.model (the built-in model's tokenizer)"
+  fi
   if ! $lm; then
     log 3 "--lm false: no language model"
   else
@@ -151,7 +189,7 @@ fi
 if runs 4; then
   split_words extra "$train_args"
   stage_train 4 "$config" "$manifests/train_cuts.jsonl.gz" "$manifests/dev_cuts.jsonl.gz" "$data/tokenizer.model" \
-    "$data/cmvn.json" "$exp" --data.audio_roots "$(json_path_list "$corpus")" "${extra[@]}"
+    "$data/cmvn.json" "$exp" --data.audio_roots "$(json_path_list "$corpus")" "${init_args[@]}" "${extra[@]}"
 fi
 
 if runs 5; then

@@ -22,7 +22,7 @@ from srupp_asr.fileio import write_files_together
 from srupp_asr.scoring import plots
 from srupp_asr.scoring.align import CORRECT, DELETION, INSERTION, Alignment, Counts, fmt_rate
 from srupp_asr.scoring.analysis import LEVELS, ScoreResult, UtteranceScore
-from srupp_asr.scoring.formats import Transcript, trn_line
+from srupp_asr.scoring.formats import UtteranceText, trn_line
 
 TABLE_HEADER = ("Snt", "Wrd", "Corr", "Sub", "Del", "Ins", "Err", "S.Err")
 WORST = 20  # utterances shown in the HTML report
@@ -46,7 +46,7 @@ def fmt_percent(value: float | None) -> str:
     return "-" if value is None else f"{fmt_rate(value)}%"
 
 
-def summary_line(result: ScoreResult, name: str) -> str:
+def score_line(result: ScoreResult, name: str) -> str:
     """One line: WER with its error types and sizes, then CER."""
     w, c = result.total("WER"), result.total("CER")
     return (
@@ -58,8 +58,14 @@ def summary_line(result: ScoreResult, name: str) -> str:
 
 
 def warnings_of(result: ScoreResult) -> list[str]:
-    """Lines about ids that did not pair up (empty when all did)."""
+    """Lines about ids that did not pair up, and about hypotheses that are all empty where the references hold
+    words (the mark of an undertrained model, which would otherwise pass as a mere 100% WER)."""
     out = []
+    if any(u.ref.strip() for u in result.utterances) and not any(u.hyp.strip() for u in result.utterances):
+        out.append(
+            f"every hypothesis is empty (no words for any of the {len(result.utterances)} utterances): the model"
+            " may be undertrained, or the audio unlike its training data"
+        )
     if result.missing:
         scored = "scored as empty hypotheses (all deletions)"
         out.append(f"{len(result.missing)} reference(s) have no hypothesis; {scored}: {_some(result.missing)}")
@@ -333,8 +339,8 @@ def write_report(
     if train_log is not None:
         pngs["Training curves"] = ("training_curves.png", plots.training_curves_png(train_log))
     texts = {
-        "ref.trn": [Transcript(u.utt_id, u.ref, u.speaker) for u in result.utterances],
-        "hyp.trn": [Transcript(u.utt_id, u.hyp, u.speaker) for u in result.utterances],
+        "ref.trn": [UtteranceText(u.utt_id, u.ref, u.speaker) for u in result.utterances],
+        "hyp.trn": [UtteranceText(u.utt_id, u.hyp, u.speaker) for u in result.utterances],
     }
     files = {
         "results.json": results_json(result, info),
