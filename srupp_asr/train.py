@@ -426,7 +426,7 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
             run=True,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,  # one place for the optimiser: model.optimizer / model.lr
-            parser_kwargs={"prog": "srupp-asr train", "exit_on_error": False},
+            parser_kwargs={"prog": "srupp-asr train", "exit_on_error": False, "allow_abbrev": False},
         )
     except argparse.ArgumentError as err:
         raise UserError(_one_line(str(err), argv, configs)) from None

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from srupp_asr.cli import build_parser, main
+from srupp_asr.cli import COMMANDS, _subparsers, build_parser, main
 from srupp_asr.transcribe import DEFAULT_MODEL_ENV
 
 
@@ -63,6 +63,57 @@ def test_another_language_is_refused_in_one_line(capsys, tmp_path, language):
 )  # fmt: skip
 def test_misspellings_get_the_nearest_name_in_one_line(capsys, argv, line):
     assert _one_error_line(capsys, argv) == line
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["score", "--hypp", "h.txt", "--ref", "r.txt"], "srupp-asr score: error: unknown option --hypp (did you "
+         "mean --hyp?)"),  # named before argparse would say that the required --hyp is missing
+        (["evaluate", "--cut", "x"], "srupp-asr evaluate: error: unknown option --cut (did you mean --cuts?)"),
+        (["transcribe", "a.wav", "--out", "x"], "srupp-asr transcribe: error: unknown option --out (did you mean "
+         "--output-dir or --output-format?)"),
+        (["prepare", "kaldi", "d", "o.jsonl.gz", "--allow-comand-sources"], "srupp-asr prepare kaldi: error: "
+         "unknown option --allow-comand-sources (did you mean --allow-command-sources?)"),
+        (["corpus", "prepare", "librispeech", "a", "b", "--sbuset", "100"], "srupp-asr corpus prepare: error: "
+         "unknown option --sbuset (did you mean --subset?)"),
+        (["--verison"], "srupp-asr: error: unknown option --verison (did you mean --version?)"),
+    ],
+)  # fmt: skip
+def test_misspelt_options_are_named_first_even_beside_required_ones(capsys, argv, line):
+    assert _one_error_line(capsys, argv) == line
+
+
+def _long_options(parser) -> list[str]:
+    return [s for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"]
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c not in ("train", "info")])  # info: no options
+def test_every_commands_misspelt_option_gets_one_line_with_a_suggestion(capsys, command):
+    parser = _subparsers(build_parser(command))[command]
+    words = [command]
+    while subs := _subparsers(parser):  # prepare kaldi, corpus download, ...: the first sub-command
+        name, parser = next(iter(subs.items()))
+        words.append(name)
+    option = _long_options(parser)[0]
+    typo = option[:-2] + option[-1] + option[-2]  # the last two letters swapped: --modle
+    line = _one_error_line(capsys, [*words, typo, "x"])
+    assert line.startswith(f"srupp-asr {' '.join(words)}: error: unknown option {typo} (did you mean ")
+    assert option in line.split("did you mean ", 1)[1]
+
+
+def test_a_negative_number_is_a_value_not_an_unknown_option(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["score", "--ref", "r", "--hyp", "h", "--worst", "-1"])
+    assert stop.value.code == 2 and "--worst: must be a whole number >= 0" in capsys.readouterr().err
+
+
+def test_a_misspelt_lightning_option_is_not_taken_as_an_abbreviation(capsys):
+    """``train fit --trainer.max_step 3`` went to LightningCLI as an abbreviation of --trainer.max_steps (and failed
+    on something else); now it is a misspelling with its suggestion."""
+    line = _one_error_line(capsys, ["train", "fit", "--config", "tiny_cpu", "--trainer.max_step", "3"])
+    assert line == ("srupp-asr train: error: command line: unknown option --trainer.max_step (did you mean "
+                    "--trainer.max_steps?)")  # fmt: skip
 
 
 def test_help_says_english_and_names_the_built_in_model(capsys):
