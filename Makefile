@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 TTS_PACKAGES := $(shell awk '!/^\#/ && NF { print $$2 }' recipes/synth_en/local/packages.txt)
 APT_PACKAGES ?= g++ sctk $(TTS_PACKAGES)
 
-.PHONY: setup sysdeps test test-all gpu-test lint format bench demo clean
+.PHONY: setup sysdeps test test-fast test-all gpu-test lint format bench demo clean
 
 setup: $(STAMP)
 
@@ -31,11 +31,20 @@ sysdeps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
+# The suite runs in parallel (pytest-xdist, one worker per core up to 4; a test file stays on one worker, so its
+# module fixtures are built once) and prints its 15 slowest tests. `make test` runs every test but the GPU and
+# slow ones; `make test-fast` leaves out the process-level ones too (tests/process/ and the recipe runs: marker
+# `process`), for the edit-test loop.
+PYTEST := $(PY) -m pytest -q -n auto --maxprocesses=4 --dist loadfile --durations=15
+
 test: setup
-	$(PY) -m pytest -q
+	$(PYTEST)
+
+test-fast: setup
+	$(PYTEST) -m 'not slow and not process'
 
 test-all: setup
-	$(PY) -m pytest -q -m ''
+	$(PYTEST) -m ''
 
 gpu-test: setup
 	$(PY) tests/run_gpu_tests.py

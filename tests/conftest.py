@@ -1,18 +1,52 @@
-"""Shared fixtures: real speech synthesised with espeak-ng at test time (no downloaded audio).
+"""Shared fixtures: real speech synthesised with espeak-ng at test time (no downloaded audio), the spoken corpus
+and the model overfit on it; markers by folder; settings for parallel runs (pytest-xdist).
 
 ``synthesize_speech(text, name="speech.wav")`` writes a 22.05 kHz 16-bit mono WAV of ``text`` spoken by
 espeak-ng into a session-wide temporary folder and returns its path; the same text and name are only
 synthesised once per session. Tests asking for it are skipped, with the reason, where espeak-ng is missing.
+
+The expensive fixtures (``corpus``, ``overfit_model_dir``) are built once per run, whatever the number of xdist
+workers: the first worker to need one builds it in the run's shared temporary folder under a lock, the others
+wait for it and read it (:func:`built_once`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import OVERFIT, SENTENCES, Corpus, built_once, train_to_zero_wer
+
+TESTS = Path(__file__).resolve().parent
+# Process-level modules still outside tests/process/ (recipe runs): marked ``process`` like those inside it.
+PROCESS_MODULES = {"test_recipe_args.py", "test_recipe_corpora.py", "test_recipe_synth_en.py"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests in tests/process/ (and PROCESS_MODULES) ``process``: ``make test-fast`` leaves them out."""
+    for item in items:
+        path = Path(str(item.path))
+        if TESTS / "process" in path.parents or (path.parent == TESTS and path.name in PROCESS_MODULES):
+            item.add_marker(pytest.mark.process)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In an xdist worker: torch gets an equal share of the CPU cores (two workers on two cores each taking both
+    would fight over them), and so do the child processes the tests start (``OMP_NUM_THREADS``)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers is None:
+        return
+    threads = max(1, (os.cpu_count() or 1) // int(workers))
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    import torch
+
+    torch.set_num_threads(threads)
+
 
 # Training steps of the overfit model beyond greedy-CTC WER 0 (see overfit_model_dir).
 OVERFIT_EXTRA_STEPS = 60
@@ -41,51 +75,57 @@ def synthesize_speech(tmp_path_factory: pytest.TempPathFactory) -> Callable[...,
 
 
 @pytest.fixture(scope="session")
-def overfit_model_dir(
-    synthesize_speech, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, list[tuple[Path, str]]]:
+def corpus(synthesize_speech, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    """:data:`tests.helpers.SENTENCES` spoken by espeak-ng as 16 kHz WAVs ``utt00.wav``...``utt19.wav`` (the
+    recording and cut ids), with a char tokenizer and CMVN stats trained on them."""
+
+    def build(folder: Path) -> None:
+        import soundfile as sf
+        from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
+
+        from srupp_asr.audio import SAMPLE_RATE, load_audio
+        from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
+        from srupp_asr.tokenizer import Tokenizer
+
+        cuts = []
+        for i, text in enumerate(SENTENCES):
+            utt = f"utt{i:02d}"
+            wav = folder / f"{utt}.wav"
+            # espeak-ng speaks at 22.05 kHz; store the model's rate so that loading needs no resampling.
+            sf.write(wav, load_audio(synthesize_speech(text, f"acceptance_{utt}.wav")).numpy(), SAMPLE_RATE)
+            rec = Recording.from_file(wav, recording_id=utt)
+            sup = SupervisionSegment(id=utt, recording_id=utt, start=0.0, duration=rec.duration, text=text)
+            cuts.append(MonoCut(id=utt, start=0.0, duration=rec.duration, channel=0, recording=rec, supervisions=[sup]))
+        cutset = CutSet.from_cuts(cuts)
+        cutset.to_file(folder / "cuts.jsonl.gz")
+        save_cmvn(folder / "cmvn.json", *compute_cmvn_stats(cutset))
+        # A char model holds every character of the text (vocab_size is an upper bound for char models).
+        Tokenizer.train(SENTENCES, folder / "tokenizer.model", vocab_size=40, model_type="char")
+
+    folder = built_once(tmp_path_factory, "spoken_corpus", build)
+    return Corpus(str(folder / "cuts.jsonl.gz"), str(folder / "tokenizer.model"), str(folder / "cmvn.json"))
+
+
+@pytest.fixture(scope="session")
+def overfit_model_dir(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[Path, str]]]:
     """``overfit_model_dir`` -> ``(model_dir, [(wav_path, text), ...])``: a small SRU++ model trained (once per
-    session) on the 20 espeak-ng sentences of ``tests/test_training_acceptance.py`` until its greedy-CTC WER on
-    them is 0, exported with :func:`srupp_asr.model_dir.export_model`, and those utterances as 16 kHz WAVs with
-    their texts (as written, not normalised). The model is trained with ctc_weight 0.5, for OVERFIT_EXTRA_STEPS
-    steps beyond greedy WER 0 so that the attention decoder memorises too (at WER 0 it could still drop a doubled
-    letter, "door" -> "dor"), and its attention decoder alone is weaker than its CTC head: decode
-    ``joint``/``rescoring`` with ``ctc_weight=0.5``. About 20-50 s of CPU the first time."""
-    import soundfile as sf
-    from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
+    run) on the spoken ``corpus`` until its greedy-CTC WER on it is 0, exported with
+    :func:`srupp_asr.model_dir.export_model`, and the corpus' utterances as 16 kHz WAVs with their texts (as
+    written, not normalised). The model is trained with ctc_weight 0.5, for OVERFIT_EXTRA_STEPS steps beyond
+    greedy WER 0 so that the attention decoder memorises too (at WER 0 it could still drop a doubled letter,
+    "door" -> "dor"), and its attention decoder alone is weaker than its CTC head: decode ``joint``/``rescoring``
+    with ``ctc_weight=0.5``. About 20-50 s of CPU the first time."""
 
-    from srupp_asr.audio import SAMPLE_RATE, load_audio
-    from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
-    from srupp_asr.model_dir import export_model
-    from srupp_asr.tokenizer import Tokenizer
-    from tests.test_training_acceptance import OVERFIT, SENTENCES, train_to_zero_wer
+    def build(folder: Path) -> None:
+        from srupp_asr.model_dir import export_model
 
-    folder = tmp_path_factory.mktemp("overfit_model")
-    utterances, cuts = [], []
-    for i, text in enumerate(SENTENCES):
-        wav = folder / f"utt{i:02d}.wav"
-        sf.write(wav, load_audio(synthesize_speech(text, f"overfit_utt{i:02d}.wav")).numpy(), SAMPLE_RATE)
-        utterances.append((wav, text))
-        rec = Recording.from_file(wav, recording_id=wav.stem)
-        sup = SupervisionSegment(id=wav.stem, recording_id=wav.stem, start=0.0, duration=rec.duration, text=text)
-        cuts.append(
-            MonoCut(id=wav.stem, start=0.0, duration=rec.duration, channel=0, recording=rec, supervisions=[sup])
+        module, _, stopper, _ = train_to_zero_wer(
+            corpus.cuts, corpus.tokenizer, corpus.cmvn, "srupp", extra_steps=OVERFIT_EXTRA_STEPS
         )
-    cutset = CutSet.from_cuts(cuts)
-    cutset.to_file(folder / "cuts.jsonl.gz")
-    save_cmvn(folder / "cmvn.json", *compute_cmvn_stats(cutset))
-    Tokenizer.train(SENTENCES, folder / "tokenizer.model", vocab_size=40, model_type="char")
+        if stopper.zero_at is None:
+            pytest.fail(f"the overfit model did not reach WER 0 in {OVERFIT['srupp'][1]} steps: {stopper.history}")
+        export_model(module.model.state_dict(), module.model.config, corpus.tokenizer, folder / "model")
 
-    module, _, stopper, _ = train_to_zero_wer(
-        str(folder / "cuts.jsonl.gz"),
-        str(folder / "tokenizer.model"),
-        str(folder / "cmvn.json"),
-        "srupp",
-        extra_steps=OVERFIT_EXTRA_STEPS,
-    )
-    if stopper.zero_at is None:
-        pytest.fail(f"the overfit model did not reach WER 0 in {OVERFIT['srupp'][1]} steps: {stopper.history}")
-    model_dir = export_model(
-        module.model.state_dict(), module.model.config, folder / "tokenizer.model", folder / "model"
-    )
-    return model_dir, utterances
+    folder = built_once(tmp_path_factory, "overfit_model", build)
+    wavs = Path(corpus.cuts).parent
+    return folder / "model", [(wavs / f"utt{i:02d}.wav", text) for i, text in enumerate(SENTENCES)]

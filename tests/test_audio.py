@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import struct
+import subprocess
 
+import lhotse.augmentation.torchaudio as lhotse_resampling
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from lhotse import CutSet, Recording, SupervisionSegment
+from lhotse.utils import fastcopy
 
-from srupp_asr.audio import SAMPLE_RATE, AudioReader, load_audio, prepare_waveform
+from srupp_asr.audio import _MAX_KERNEL, SAMPLE_RATE, AudioReader, _kernel_size, load_audio, prepare_waveform
+from srupp_asr.data import ASRDataset
 from srupp_asr.errors import UserError
+from srupp_asr.manifest import load_cut_audio
+from srupp_asr.tokenizer import Tokenizer
 
 
 def _tone(freq: float, rate: int, seconds: float, amplitude: float = 0.5) -> np.ndarray:
@@ -223,3 +231,173 @@ def test_resampling_is_bit_for_bit_torchaudios_function(rate):
 
     x = 0.5 * torch.randn(rate + 123, generator=torch.Generator().manual_seed(rate))
     assert torch.equal(prepare_waveform(x, rate), AF.resample(x, rate, SAMPLE_RATE).clamp(-1, 1))
+
+
+# ----------------------------------------------------------------------------------------------------
+# moved from tests/test_audio_audit.py
+# Audit of how audio becomes 16 kHz mono float32, for transcription and training, against independent references:
+# sox's own conversion of each sample format, and the inference path's samples for the same file read by training.
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> Tokenizer:
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.model"
+    return Tokenizer.train(["hello world", "noise here"], path, vocab_size=20, model_type="char")
+
+
+@pytest.fixture
+def lhotse_kernels(monkeypatch) -> list[tuple[int, int]]:
+    """The (source, target) rate pairs lhotse builds a resampling kernel for; a pair whose kernel exceeds the bound
+    transcription keeps to fails at once instead of taking gigabytes and tens of seconds."""
+    pairs: list[tuple[int, int]] = []
+    build = lhotse_resampling.get_or_create_resampler
+
+    def guarded(source: int, target: int) -> torch.nn.Module:
+        pairs.append((source, target))
+        assert _kernel_size(source, target) <= _MAX_KERNEL, f"lhotse builds a {source} -> {target} Hz kernel"
+        return build(source, target)
+
+    monkeypatch.setattr(lhotse_resampling, "get_or_create_resampler", guarded)
+    return pairs
+
+
+def _noise(path, rate: int, seconds: float, channels: int = 1, seed: int = 0, level: float = 0.3):
+    data = level * np.random.default_rng(seed).standard_normal((round(rate * seconds), channels)).astype(np.float32)
+    sf.write(path, data, rate, subtype="FLOAT")
+    return data
+
+
+def _cut(path, cut_id: str, text: str = "hello"):
+    rec = Recording.from_file(path, recording_id=cut_id)
+    sup = SupervisionSegment(id=cut_id, recording_id=cut_id, start=0, duration=rec.duration, text=text)
+    return fastcopy(rec.to_cut(), id=cut_id, supervisions=[sup])
+
+
+# ------------------------------------------------------------------------------------------ odd rates in training
+
+
+# Was: training resampled a cut with lhotse's own kernel for the exact pair of rates, (16000/gcd) x (rate/gcd)
+# taps: for 2 s at 7999 Hz 21.6 s and 4.8 GB, at 16001 Hz 52 s and 8.9 GB of peak memory, at 22051 Hz a 2.8 GB kernel
+# (lhotse caches it for the process's life), and the samples differed from transcribe's (which resamples such a
+# file from the nearest cheap rate) by up to 0.71. Now training resamples from the same rate as transcription.
+@pytest.mark.reference
+@pytest.mark.parametrize(("rate", "channels"), [(22051, 1), (16001, 2), (7999, 1)])
+def test_training_resamples_an_odd_rate_as_transcription_does(tmp_path, tokenizer, lhotse_kernels, rate, channels):
+    _noise(tmp_path / "odd.wav", rate, 1.0, channels)
+    whole = load_audio(tmp_path / "odd.wav")
+    batch = ASRDataset(tokenizer)[CutSet.from_cuts([_cut(tmp_path / "odd.wav", "odd")])]
+    assert batch["cut_ids"] == ["odd"]
+    audio = batch["audio"][0]
+    assert abs(audio.numel() - whole.numel()) <= 5  # lhotse trims to the cut's length at the header's rate
+    n = min(audio.numel(), whole.numel())
+    # lhotse builds the same filter in float64, transcription in float32: a rounding apart, not a filter apart.
+    torch.testing.assert_close(audio[:n], whole[:n], atol=2e-5, rtol=0)
+
+
+# Was: a noise recording at an odd rate, mixed into a training cut, was resampled with the same gigabyte kernel
+# (7999 Hz -> 16 kHz: 16000 x 8013 taps, 1 GB), whatever the rate of the speech it was mixed into.
+@pytest.mark.reference
+def test_noise_at_an_odd_rate_is_mixed_in_through_the_shared_resampler(tmp_path, lhotse_kernels):
+    speech = _noise(tmp_path / "speech.wav", SAMPLE_RATE, 1.0, seed=1, level=0.1)[:, 0]
+    noise = _noise(tmp_path / "noise.wav", 7999, 1.0, seed=2, level=0.1)[:, 0]  # within +-1: nothing is clipped
+    noise_cut = Recording.from_file(tmp_path / "noise.wav").to_cut().resample(SAMPLE_RATE)
+    mixed = _cut(tmp_path / "speech.wav", "s").mix(noise_cut, preserve_id="left")
+    audio = torch.from_numpy(load_cut_audio(mixed)).reshape(-1)
+    assert audio.numel() == SAMPLE_RATE
+    resampled = prepare_waveform(noise, 7999)  # 15998 samples (as if at 8 kHz); lhotse pads the cut's last 2
+    n = resampled.numel()
+    torch.testing.assert_close(audio[:n], torch.from_numpy(speech[:n]) + resampled, atol=2e-5, rtol=0)
+    assert all(_kernel_size(*pair) <= _MAX_KERNEL for pair in lhotse_kernels)
+
+
+# Was: (with the gigabyte kernel) a 1 s cut starting 1 s into a 22051 Hz recording was the exact-rate resampling;
+# now it is the file's samples from 1 s on resampled as transcription resamples them, away from the cut's edges.
+@pytest.mark.reference
+def test_a_cut_inside_an_odd_rate_recording_reads_the_samples_at_its_offset(tmp_path, lhotse_kernels):
+    data = _noise(tmp_path / "odd.wav", 22051, 3.0)[:, 0]
+    rec = Recording.from_file(tmp_path / "odd.wav")
+    cut = rec.to_cut().truncate(offset=1.0, duration=1.0).resample(SAMPLE_RATE)
+    audio = torch.from_numpy(load_cut_audio(cut)).reshape(-1)
+    assert audio.numel() == SAMPLE_RATE
+    expected = prepare_waveform(data[22051 : 2 * 22051], 22051)
+    torch.testing.assert_close(audio[200:-200], expected[200 : SAMPLE_RATE - 200], atol=2e-5, rtol=0)
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("rate", [8000, 11025, 44100, 48000])
+def test_common_rates_in_training_keep_lhotses_exact_resampling(tmp_path, lhotse_kernels, rate):
+    _noise(tmp_path / "a.wav", rate, 0.5, level=0.1)  # within +-1: load_audio's clipping does not show
+    cut = Recording.from_file(tmp_path / "a.wav").to_cut().resample(SAMPLE_RATE)
+    audio = torch.from_numpy(load_cut_audio(cut)).reshape(-1)
+    assert lhotse_kernels == [(rate, SAMPLE_RATE)]
+    assert torch.equal(audio, torch.from_numpy(cut.load_audio()).reshape(-1))
+    whole = load_audio(tmp_path / "a.wav")
+    assert abs(audio.numel() - whole.numel()) <= 1  # lhotse rounds the cut's length, torchaudio rounds up
+    n = min(audio.numel(), whole.numel())
+    torch.testing.assert_close(audio[:n], whole[:n], atol=2e-5, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------ sample formats
+
+
+# Checked clean (no finding): the scale and sign of every integer, float and companded WAV/FLAC format equal sox's
+# own conversion of the file to float (full scale = 1.0; unsigned 8-bit 0x80 = 0).
+@pytest.mark.reference
+@pytest.mark.skipif(shutil.which("sox") is None, reason="sox is not installed")
+@pytest.mark.parametrize(
+    ("fmt", "subtype", "tolerance"),
+    [
+        ("WAV", "PCM_U8", 0),
+        ("WAV", "ALAW", 0),
+        ("WAV", "ULAW", 0),
+        ("WAV", "PCM_24", 0),
+        ("FLAC", "PCM_24", 0),
+        ("WAV", "PCM_32", 3e-8),
+        ("WAV", "DOUBLE", 3e-8),
+    ],
+)
+def test_sample_formats_load_at_the_scale_and_sign_sox_gives_them(tmp_path, fmt, subtype, tolerance):
+    t = np.arange(SAMPLE_RATE // 4) / SAMPLE_RATE
+    signal = np.concatenate([0.5 * np.sin(2 * np.pi * 440 * t), [-1.0, -0.75, 0.0, 0.25, 0.99]])
+    path = tmp_path / f"a.{fmt.lower()}"
+    sf.write(path, signal, SAMPLE_RATE, format=fmt, subtype=subtype)
+    subprocess.run(["sox", str(path), "-e", "floating-point", "-b", "32", str(tmp_path / "ref.wav")], check=True)
+    reference = sf.read(tmp_path / "ref.wav", dtype="float32")[0]
+    wav = load_audio(path)
+    assert wav.numel() == reference.size
+    assert float((wav - torch.from_numpy(reference)).abs().max()) <= tolerance
+    # Full scale is -1 (A-law and mu-law reach 0.984 and 0.980 of it at most, and A-law has no exact 0), silence
+    # stays silent and the sign is kept.
+    assert -1.0 <= float(wav[-5]) < -0.98 and abs(float(wav[-3])) < 1e-3 and float(wav[-1]) > 0.98
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize(("subtype", "bits"), [("PCM_U8", 7), ("PCM_U8", 4), ("PCM_16", 12), ("PCM_16", 15)])
+def test_a_wav_whose_header_gives_a_sample_size_libsndfile_misreads_is_refused(tmp_path, subtype, bits):
+    """A header saying 7 bits per sample was read as 8-bit and transcribed as garbage with exit 0 (sox refuses
+    it: "data encoding or sample size was not specified" / "does not support this data size")."""
+    from srupp_asr.audio import load_audio
+    from srupp_asr.errors import UserError
+
+    path = tmp_path / f"bits{bits}.wav"
+    sf.write(path, 0.1 * np.random.default_rng(0).standard_normal(1600), 16000, subtype=subtype)
+    header = bytearray(path.read_bytes())
+    assert header[12:16] == b"fmt " and header[34] in (8, 16)
+    header[34] = bits  # wBitsPerSample of the fmt chunk
+    path.write_bytes(bytes(header))
+    assert sf.info(path).subtype == subtype  # libsndfile opens it as the wider size
+    with pytest.raises(UserError, match=rf"^{path}: not a readable audio file \(its header says {bits} bits per"):
+        load_audio(path)
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize(
+    ("subtype", "fmt"), [("PCM_U8", "WAV"), ("PCM_16", "WAV"), ("PCM_24", "WAVEX"), ("FLOAT", "WAV"), ("DOUBLE", "WAV")]
+)
+def test_wavs_of_every_whole_byte_sample_size_still_load(tmp_path, subtype, fmt):
+    from srupp_asr.audio import load_audio
+
+    path = tmp_path / "ok.wav"
+    signal = 0.1 * np.sin(np.arange(1600) / 5)
+    sf.write(path, signal, 16000, subtype=subtype, format=fmt)
+    assert np.abs(load_audio(path).numpy() - signal).max() < 0.01

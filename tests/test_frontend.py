@@ -13,6 +13,7 @@ import torchaudio.compliance.kaldi as kaldi
 
 from srupp_asr import frontend
 from srupp_asr.audio import SAMPLE_RATE, load_audio
+from srupp_asr.cli import main
 from srupp_asr.errors import UserError
 from srupp_asr.frontend import (
     N_MELS,
@@ -347,3 +348,96 @@ def test_time_warp_keeps_order_and_padding():
 def test_spec_augment_options_must_be_non_negative():
     with pytest.raises(ValueError, match="non-negative"):
         SpecAugment(freq_width=-1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# moved from tests/test_frontend_audit.py
+# Audit of the frontend, the Noam schedule and the manifest check against references written from their
+# definitions: SpecAugment (Park et al. 2019, per utterance as ESPnet's time warp), the Noam formula, lhotse's own
+# validation of supervisions.
+
+
+# SpecAugment (checked clean; these pin the reference behaviour) -----------------------------------------
+
+
+@pytest.mark.reference
+def test_spec_augment_gives_an_utterance_the_same_result_alone_and_padded():
+    augment = SpecAugment().train()
+    feats = torch.rand(1, 300, N_MELS, generator=torch.Generator().manual_seed(1)) + 1.0
+    padded = torch.cat([feats, torch.full((1, 600, N_MELS), 7.0)], dim=1)
+    for seed in range(5):
+        torch.manual_seed(seed)
+        alone = augment(feats, torch.tensor([300]))
+        torch.manual_seed(seed)
+        batched = augment(padded, torch.tensor([300]))
+        assert torch.equal(batched[:, :300], alone) and torch.equal(batched[:, 300:], padded[:, 300:])
+        assert not torch.equal(alone, feats)
+
+
+@pytest.mark.reference
+def test_time_warp_is_the_papers_piecewise_linear_map():
+    """On a ramp the output is the source position: (0, 0), (c + w, c), (L - 1, L - 1), W <= c < L - W, |w| <= W."""
+    window, length = 5, 60
+    warp_only = SpecAugment(time_warp=window, freq_masks=0, max_time_masks=0).train()
+    ramp = torch.arange(length, dtype=torch.float32)[None, :, None].expand(1, length, N_MELS).contiguous()
+    torch.manual_seed(0)
+    moved = 0
+    for _ in range(30):
+        out = warp_only(ramp, torch.tensor([length]))[0, :, 0].double()
+        bends = (out[2:] - 2 * out[1:-1] + out[:-2]).abs() > 1e-4
+        if not bends.any():
+            assert torch.allclose(out, ramp[0, :, 0].double(), atol=1e-5)  # w = 0
+            continue
+        moved += 1
+        assert int(bends.sum()) == 1
+        dest = int(bends.nonzero()) + 1
+        center = float(out[dest])
+        assert center == pytest.approx(round(center), abs=1e-4)
+        center = round(center)
+        assert window <= center < length - window and abs(dest - center) <= window
+        expected = np.interp(np.arange(length), [0, dest, length - 1], [0, center, length - 1])
+        np.testing.assert_allclose(out.numpy(), expected, atol=1e-4)
+    assert moved >= 20
+
+
+@pytest.mark.reference
+def test_time_mask_widths_cover_zero_to_ratio_times_length():
+    augment = SpecAugment(time_warp=0, freq_masks=0, max_time_masks=1, time_masks_per_frame=1.0).train()
+    torch.manual_seed(0)
+    feats = torch.ones(3000, 100, 4)
+    widths = (augment(feats, torch.full((3000,), 100)) == 0).all(dim=2).sum(dim=1)
+    # One mask of 0..floor(0.05 * 100) = 0..5 frames, each width about 1/6 of the time.
+    counts = torch.bincount(widths, minlength=6)
+    assert counts.numel() == 6 and int(counts.min()) > 3000 / 6 * 0.8
+
+
+@pytest.mark.reference
+def test_cmvn_refuses_stats_of_another_number_of_bins():
+    with pytest.raises(ValueError, match=r"expected mean and std of shape \(80,\)"):
+        GlobalCMVN().set_stats(torch.zeros(40), torch.ones(40))
+
+
+@pytest.mark.reference
+def test_cmvn_command_computes_stats_for_the_models_number_of_bins(tmp_path, capsys):
+    # Was: `srupp-asr cmvn` always computed 80 bins ("unrecognized arguments: --n-mels", exit 2), and a model with
+    # model.n_mels 40 refused its only stats: "CMVN stats have 80 dimensions, the model has n_mels=40".
+    from lhotse import CutSet, Recording
+
+    gen = torch.Generator().manual_seed(0)
+    t = torch.arange(16000, dtype=torch.float64) / 16000
+    wav = (0.3 * torch.sin(2 * math.pi * (200 + 1500 * t) * t) + 0.02 * torch.randn(16000, generator=gen)).float()
+    sf.write(tmp_path / "u.wav", wav.numpy(), 16000, subtype="FLOAT")
+    cuts = tmp_path / "cuts.jsonl.gz"
+    CutSet.from_cuts([Recording.from_file(tmp_path / "u.wav", recording_id="u").to_cut()]).to_file(cuts)
+
+    assert main(["cmvn", str(cuts), "--out", str(tmp_path / "cmvn.json"), "--n-mels", "40"]) == 0
+    mean, std = load_cmvn(tmp_path / "cmvn.json")
+    # Reference: torchaudio's Kaldi fbank with 40 bins, two-pass float64 statistics.
+    frames = kaldi.fbank(wav[None] * WAVEFORM_SCALE, num_mel_bins=40, dither=0.0, energy_floor=0.0).double()
+    torch.testing.assert_close(mean.double(), frames.mean(0), atol=2e-3, rtol=0)
+    torch.testing.assert_close(std.double(), frames.std(0, correction=0), atol=2e-3, rtol=0)
+    GlobalCMVN(num_features=40).set_stats(mean, std)
+
+    capsys.readouterr()
+    assert main(["cmvn", str(cuts), "--out", str(tmp_path / "bad.json"), "--n-mels", "0"]) == 2
+    assert capsys.readouterr().err == "srupp-asr cmvn: error: --n-mels must be at least 1, got 0\n"

@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
 
 from srupp_asr import prepare
-from srupp_asr.data import load_cuts
+from srupp_asr.corpora import manifest_path, normalize_tedlium_text, prepare_corpus
 from srupp_asr.errors import UserError
-from srupp_asr.prepare import import_kaldi_dir, import_nemo_manifest
+from srupp_asr.manifest import load_cuts
+from srupp_asr.prepare import (
+    TableColumns,
+    import_kaldi_dir,
+    import_nemo_manifest,
+    import_table,
+    save_splits,
+    split_path,
+)
+from srupp_asr.scoring.talks import score_talks
+from tests.helpers import SCLITE
 
 
 def write_tone(path, seconds: float, rate: int = 16000, channels: int = 1):
@@ -213,3 +226,378 @@ def test_kaldi_pipe_commands_run_only_when_allowed(tmp_path, capsys):
     assert "--allow-command-sources" in capsys.readouterr().err and not flag.exists()
     main(["prepare", "kaldi", str(tmp_path), str(tmp_path / "cuts.jsonl.gz"), "--allow-command-sources"])
     assert flag.exists()
+
+
+# ----------------------------------------------------------------------------------------------------
+# moved from tests/test_prepare_audit.py
+# Corpus import and long-form scoring checked against their references: NIST sclite with an STM and a CTM,
+# Kaldi's ``extract-segments`` and ``join_suffix.py`` / ESPnet's TED-LIUM ``prepare_data.sh``, NeMo's line reading.
+
+RATE = 16000
+
+
+# Talk A: every case of where sclite puts a hypothesis word. Times are exact in binary, so midpoints that fall
+# on a segment boundary are exactly on it.
+STM_A = [
+    (0, 1, "inter_segment_gap", "ignore_time_segment_in_scoring"),
+    (1, 3, "Sp", "the cat sat"),
+    (3, 5, "Sp", "on the mat"),
+    (5, 7, "inter_segment_gap", "ignore_time_segment_in_scoring"),
+    (7, 9, "Sp", "a dog ran"),
+    # 9-10: an unsegmented gap before an ignored segment
+    (10, 12, "inter_segment_gap", "ignore_time_segment_in_scoring"),
+    (12, 14, "Sp", ""),  # an empty segment
+    (14, 16, "Sp", "far away"),
+    # 16-17: an unsegmented gap before a scored segment
+    (17, 19, "Sp", "seven birds"),
+    (19, 21, "inter_segment_gap", "ignore_time_segment_in_scoring"),
+]
+# (midpoint, word) of talk A's hypothesis, with what sclite does with each word
+HYP_A = [
+    (0.5, "noise"),  # in the leading ignored segment: left out
+    (1.5, "the"),
+    (2.0, "cat"),
+    (2.5, "sat"),
+    (3.5, "on"),
+    (4.0, "the"),
+    (4.5, "hat"),  # a substitution
+    (5.0, "uh"),  # on the start of an ignored segment: left out
+    (6.0, "um"),
+    (7.0, "er"),  # on the end of an ignored segment: an insertion in the next one
+    (7.5, "a"),
+    (8.0, "dog"),
+    (8.5, "ran"),
+    (9.0, "hm"),  # on the end of a scored segment, before a gap and an ignored segment: left out
+    (9.5, "ah"),  # in the gap before an ignored segment: left out
+    (11.0, "oh"),
+    (13.0, "yes"),  # in the empty segment: an insertion
+    (14.5, "far"),
+    (15.5, "away"),
+    (16.5, "hmm"),  # in the gap before a scored segment: an insertion
+    (17.5, "seven"),  # "birds" deleted
+    (19.0, "ok"),  # on the start of the trailing ignored segment: left out
+    (20.0, "bye"),
+    (25.0, "end"),  # after the last (ignored) segment: left out
+]
+# Talk B has no hypothesis at all: all deletions.
+STM_B = [(0, 2, "inter_segment_gap", "ignore_time_segment_in_scoring"), (2, 4, "Sp", "the river flows")]
+
+
+def _stm(talk: str, segments) -> str:
+    return "".join(f"{talk} 1 {who} {a:.2f} {b:.2f} <o,f0,male> {text}\n" for a, b, who, text in segments)
+
+
+def _tedlium(root: Path) -> Path:
+    """A TED-LIUM 3 layout whose test talks are A and B (silent audio: only the STMs and the times matter)."""
+    corpus = root / "TEDLIUM_release-3"
+    talks = {
+        "train": {"T": [(0, 1, "Sp", "hello there")]},
+        "dev": {"D": [(0, 1, "Sp", "good morning")]},
+        "test": {"A": STM_A, "B": STM_B},
+    }
+    for split, stms in talks.items():
+        for sub in ("sph", "stm"):
+            (corpus / "legacy" / split / sub).mkdir(parents=True)
+        for talk, segments in stms.items():
+            (corpus / "legacy" / split / "stm" / f"{talk}.stm").write_text(_stm(talk, segments))
+            audio = np.zeros(30 * RATE, dtype=np.int16)
+            sf.write(corpus / "legacy" / split / "sph" / f"{talk}.sph", audio, RATE, format="NIST", subtype="PCM_16")
+    return corpus
+
+
+def _sclite_totals(folder: Path) -> tuple[int, int, int, int, int]:
+    """(reference words, correct, substitutions, deletions, insertions) of sclite on ``ref.stm`` / ``hyp.ctm``."""
+    cmd = [*SCLITE, "-r", "ref.stm", "stm", "-h", "hyp.ctm", "ctm", "-o", "rsum", "stdout"]
+    out = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    row = re.search(r"\|\s*Sum\s*\|\s*\d+\s+(\d+)\s*\|\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", out.stdout)
+    assert row, out.stdout
+    return tuple(int(n) for n in row.groups())
+
+
+@pytest.mark.reference
+@pytest.mark.skipif(SCLITE is None, reason="sclite is not installed (apt-get install sctk)")
+def test_talk_scores_equal_sclite_with_the_stm_and_a_ctm(tmp_path):
+    # Was: an ignore_time_segment_in_scoring span covered only its own segment, so the words said in an
+    # unsegmented gap before it ("hm", "ah" here) were scored as insertions; sclite gives them to the ignored
+    # segment after them and leaves them out (ours: 11 correct, 1 substitution, 4 deletions, 5 insertions).
+    corpus = _tedlium(tmp_path / "corpus")
+    manifests = tmp_path / "manifests"
+    prepare_corpus("tedlium3", corpus, manifests)
+    transcripts = tmp_path / "transcripts"
+    transcripts.mkdir()
+    words = [{"word": w, "start": mid - 0.25, "end": mid + 0.25} for mid, w in HYP_A]
+    segment = {"start": 0.25, "end": 25.25, "text": " ".join(w for _, w in HYP_A), "words": words}
+    (transcripts / "A.json").write_text(json.dumps({"text": segment["text"], "segments": [segment]}))
+    missing: list[str] = []
+    result = score_talks(manifest_path(manifests, "test_talks"), transcripts, tmp_path / "out", missing=missing)
+    assert missing == ["B.json"]
+    total = result.total("WER")
+    ours = (total.tokens, total.correct, total.substitutions, total.deletions, total.insertions)
+
+    (tmp_path / "ref.stm").write_text(_stm("A", STM_A) + _stm("B", STM_B))
+    (tmp_path / "hyp.ctm").write_text("".join(f"A 1 {mid - 0.25:.2f} 0.50 {w}\n" for mid, w in HYP_A))
+    assert _sclite_totals(tmp_path) == (16, 11, 1, 4, 3)  # B's 3 words deleted; "er", "yes", "hmm" inserted
+    assert ours == (16, 11, 1, 4, 3)
+
+
+@pytest.mark.reference
+def test_a_suffix_after_a_tag_goes_with_the_tag():
+    # Kaldi's and ESPnet's prepare_data.sh run join_suffix.py on the raw STM text, so "<unk> 's" becomes the one
+    # token "<unk>'s" ("[unk]'s" in ESPnet): the suffix belongs to the unknown word. Was: the tags were removed
+    # first and the suffix was then joined to the word before the tag ("in <unk> 's book" -> "in's book").
+    assert normalize_tedlium_text("in <unk> 's book") == "in book"
+    assert normalize_tedlium_text("the {NOISE} 's fine") == "the fine"
+    assert normalize_tedlium_text("a <unk>'s x") == "a x"
+    assert normalize_tedlium_text("it <sil> 's here") == "it's here"  # ESPnet removes <sil> before joining
+
+
+def _tone(path: Path, seconds: float) -> Path:
+    sf.write(path, np.full(round(seconds * RATE), 0.1, dtype=np.float32), RATE)
+    return path
+
+
+@pytest.mark.reference
+def test_kaldi_segment_overshooting_by_less_than_half_a_second_is_truncated(tmp_path):
+    # Kaldi's extract-segments truncates a segment that ends less than --max-overshoot (0.5 s) past its audio and
+    # rejects the others. Was: anything more than 0.1 s past the end was skipped.
+    _tone(tmp_path / "a.wav", 2.0)
+    (tmp_path / "wav.scp").write_text(f"a {tmp_path / 'a.wav'}\n")
+    (tmp_path / "segments").write_text("u1 a 1.0 2.4\nu2 a 1.0 2.6\n")
+    (tmp_path / "text").write_text("u1 one\nu2 two\n")
+    problems: list[str] = []
+    (cut,) = import_kaldi_dir(tmp_path, problems)
+    assert (cut.id, cut.start, cut.duration) == ("u1", 1.0, 1.0)
+    assert problems == [f"{tmp_path / 'segments'}: u2: ends at 2.60 s, after the audio's end at 2.00 s"]
+
+
+@pytest.mark.reference
+def test_kaldi_segment_end_other_than_minus_one_is_not_the_recording_end(tmp_path):
+    # Kaldi: only an end of -1 means "to the end of the recording"; another negative end is an invalid line.
+    # Was: any negative end (a typo such as -0.5) silently took the whole rest of the recording.
+    _tone(tmp_path / "a.wav", 2.0)
+    (tmp_path / "wav.scp").write_text(f"a {tmp_path / 'a.wav'}\n")
+    (tmp_path / "segments").write_text("u1 a 0.5 -1\nu2 a 0.5 -0.5\n")
+    (tmp_path / "text").write_text("u1 one\nu2 two\n")
+    problems: list[str] = []
+    (cut,) = import_kaldi_dir(tmp_path, problems)
+    assert (cut.id, cut.start, cut.duration) == ("u1", 0.5, 1.5)
+    assert problems == [
+        f"{tmp_path / 'segments'}: u2: negative end time '-0.5' (only -1 means the end of the recording)"
+    ]
+
+
+@pytest.mark.reference
+def test_lines_end_at_newlines_only(tmp_path):
+    # Kaldi and NeMo split their files at "\n" only. Was: str.splitlines also split at U+2028, U+0085 and form
+    # feeds, so a NeMo line written with ensure_ascii=False became two invalid JSON lines, and a Kaldi transcript
+    # was cut short, its rest read as an utterance id without audio.
+    _tone(tmp_path / "a.wav", 1.0)
+    (tmp_path / "m.json").write_text(
+        json.dumps({"audio_filepath": "a.wav", "text": "one\u2028two"}, ensure_ascii=False) + "\r\n",
+        encoding="utf-8",
+    )
+    problems: list[str] = []
+    (cut,) = import_nemo_manifest(tmp_path / "m.json", problems)
+    assert problems == [] and cut.supervisions[0].text == "one\u2028two"
+
+    (tmp_path / "wav.scp").write_text(f"a {tmp_path / 'a.wav'}\r\n")
+    (tmp_path / "text").write_text("a caf\u0085 au\x0clait\r\n", encoding="utf-8")
+    (cut,) = import_kaldi_dir(tmp_path, problems)
+    assert problems == [] and cut.supervisions[0].text == "caf\u0085 au\x0clait"
+
+
+@pytest.mark.reference
+def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
+    # Windows editors start a UTF-8 file with a byte order mark. Was: it became part of the first utterance id
+    # ("\ufeffa": "no audio", and "a": "no transcript") and made a NeMo manifest's first line invalid JSON.
+    _tone(tmp_path / "a.wav", 1.0)
+    (tmp_path / "wav.scp").write_text(f"a {tmp_path / 'a.wav'}\r\n", encoding="utf-8-sig")
+    (tmp_path / "text").write_text("a hello\r\n", encoding="utf-8-sig")
+    (tmp_path / "m.json").write_text(json.dumps({"audio_filepath": "a.wav", "text": "hi"}), encoding="utf-8-sig")
+    problems: list[str] = []
+    (cut,) = import_kaldi_dir(tmp_path, problems)
+    (nemo,) = import_nemo_manifest(tmp_path / "m.json", problems)
+    assert problems == [] and cut.supervisions[0].text == "hello" and nemo.supervisions[0].text == "hi"
+
+
+@pytest.mark.reference
+def test_text_that_is_not_utf8_is_one_line_naming_the_file_and_line(tmp_path):
+    # Was: "<dir>/text: file is not UTF-8 text (invalid continuation byte at byte 13)": the byte, not the line.
+    _tone(tmp_path / "a.wav", 1.0)
+    (tmp_path / "wav.scp").write_text(f"a {tmp_path / 'a.wav'}\n")
+    (tmp_path / "text").write_bytes(b"a hello\nb caf\xe9\n")  # Latin-1
+    with pytest.raises(UserError) as err:
+        import_kaldi_dir(tmp_path)
+    assert str(err.value) == f"{tmp_path / 'text'}:2: file is not UTF-8 text (invalid continuation byte at byte 13)"
+
+
+# ----------------------------------------------------------------------------------------------------
+# moved from tests/test_prepare_table.py
+# Importing a folder of audio plus a table of transcripts (CSV, TSV, Hugging Face audiofolder) as cut manifests.
+
+
+@pytest.fixture
+def audio(tmp_path):
+    """Three recordings of known lengths and rates under tmp_path/clips."""
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    write_tone(clips / "a.wav", 1.25)
+    write_tone(clips / "b.flac", 0.5, rate=8000)
+    write_tone(clips / "c.wav", 2.0, rate=22050)
+    return clips
+
+
+def test_csv_with_quoted_text_and_split_column_gives_one_cut_set_per_split(tmp_path, audio):
+    table = tmp_path / "transcripts.csv"
+    table.write_text(
+        "path,duration_s,speaker,text,split\n"
+        'clips/a.wav,99.0,ann,"Hello, World!",train\n'
+        "clips/b.flac,0.5,bob,second,dev\n"
+        'clips/c.wav,2,ann,"She said ""yes""",train\n'
+    )
+    problems: list[str] = []
+    splits = import_table(table, problems)
+    assert problems == []
+    assert sorted(splits) == ["dev", "train"]
+    train = {c.id: c for c in splits["train"]}
+    assert sorted(train) == ["a", "c"]
+    assert train["a"].duration == 1.25  # from the audio header, not the table's duration column
+    assert (train["c"].duration, train["c"].sampling_rate) == (2.0, 22050)
+    sup = train["a"].supervisions[0]
+    assert (sup.text, sup.speaker, sup.start, sup.duration) == ("Hello, World!", "ann", 0.0, 1.25)
+    assert train["c"].supervisions[0].text == 'She said "yes"'
+    (dev,) = splits["dev"]
+    assert (dev.id, dev.duration, dev.sampling_rate, dev.supervisions[0].speaker) == ("b", 0.5, 8000, "bob")
+    assert dev.load_audio().shape == (1, 4000)
+
+
+def test_tsv_keeps_quotes_as_text_and_goes_to_the_default_split(tmp_path, audio):
+    table = tmp_path / "t.tsv"
+    table.write_text('file_name\ttranscription\nclips/a.wav\t"quoted" words\nclips/b.flac\t\n')
+    splits = import_table(table, default_split="test")
+    assert list(splits) == ["test"]
+    texts = {c.id: c.supervisions[0].text for c in splits["test"]}
+    assert texts == {"a": '"quoted" words', "b": ""}
+    assert all(c.supervisions[0].speaker is None for c in splits["test"])
+
+
+def test_audiofolder_metadata_csv_and_split_subfolders(tmp_path):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    write_tone(flat / "x.wav", 0.75)
+    (flat / "metadata.csv").write_text("file_name,transcription,speaker_id\nx.wav,one two,s1\n")
+    (cut,) = import_table(flat)["all"]
+    assert (cut.id, cut.duration, cut.supervisions[0].text, cut.supervisions[0].speaker) == ("x", 0.75, "one two", "s1")
+
+    nested = tmp_path / "nested"
+    for split in ("train", "test"):
+        (nested / split).mkdir(parents=True)
+        write_tone(nested / split / "0001.wav", 0.5 if split == "train" else 1.0)
+        (nested / split / "metadata.csv").write_text(f"file_name,text\n0001.wav,{split} words\n")
+    splits = import_table(nested)
+    assert sorted(splits) == ["test", "train"]
+    (test,), (train,) = splits["test"], splits["train"]
+    assert (train.duration, train.supervisions[0].text) == (0.5, "train words")
+    assert (test.duration, test.supervisions[0].text) == (1.0, "test words")
+    assert train.id != test.id  # the same stem in two splits still gives unique cut ids
+    (tmp_path / "bare").mkdir()
+    with pytest.raises(UserError, match=r"bare: no metadata\.csv"):
+        import_table(tmp_path / "bare")
+
+
+def test_bad_rows_are_skipped_with_one_line_naming_the_table_and_line(tmp_path, audio):
+    (tmp_path / "broken.wav").write_bytes(b"RIFF not audio")
+    table = tmp_path / "t.csv"
+    table.write_text(
+        "path,text,split\n"
+        "clips/a.wav,fine,train\n"
+        "clips/missing.wav,gone,train\n"
+        "clips/b.flac,too,many,fields\n"
+        ",no path,train\n"
+        "clips/c.wav,no split,\n"
+        "\n"
+        "broken.wav,not audio,train\n"
+        "clips/b.flac,bad split,../x\n"
+        "clips/a.wav,again,dev\n"
+    )
+    problems: list[str] = []
+    splits = import_table(table, problems)
+    assert [c.id for c in splits["train"]] == ["a"] and list(splits) == ["train"]
+    assert len(problems) == 7
+    expected = [
+        (3, "audio file not found"),
+        (4, "4 fields, the header has 3"),
+        (5, "no audio path in column 'path'"),
+        (6, "no split in column 'split'"),
+        (8, "cannot read audio"),
+        (9, "split '../x' is not a name"),
+        (10, "clips/a.wav is listed again (first at"),
+    ]
+    for problem, (line, why) in zip(problems, expected, strict=True):
+        assert problem.startswith(f"{table}:{line}: ") and why in problem and "\n" not in problem
+
+
+def test_columns_are_found_by_name_or_named_explicitly(tmp_path, audio):
+    table = tmp_path / "t.csv"
+    table.write_text("clip,words_said,who\nclips/a.wav,hi,me\n")
+    with pytest.raises(UserError, match=r"t\.csv: no audio column \(looked for path, file_name"):
+        import_table(table)
+    (cut,) = import_table(table, columns=TableColumns(audio="clip", text="words_said", speaker="who"))["all"]
+    assert (cut.supervisions[0].text, cut.supervisions[0].speaker) == ("hi", "me")
+    with pytest.raises(UserError, match="no column 'nope'"):
+        import_table(table, columns=TableColumns(audio="nope"))
+    with pytest.raises(UserError, match=r"is a \.csv or \.tsv"):
+        import_table(tmp_path / "clips" / "a.wav")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(UserError, match=r"empty\.csv: empty"):
+        import_table(tmp_path / "empty.csv")
+
+
+def test_audio_root_overrides_the_tables_folder(tmp_path, audio):
+    table = tmp_path / "elsewhere" / "t.tsv"
+    table.parent.mkdir()
+    table.write_text("path\ttext\na.wav\thi\n")
+    (cut,) = import_table(table, audio_root=audio)["all"]
+    assert cut.recording.sources[0].source == str(audio / "a.wav")
+
+
+def test_cli_writes_one_manifest_per_split_that_training_loads(tmp_path, audio, capsys):
+    table = tmp_path / "t.csv"
+    table.write_text("path,text,speaker,split\nclips/a.wav,One,ann,train\nclips/b.flac,Two,bob,dev\n")
+    out = tmp_path / "out"
+    assert _run(["prepare", "table", str(table), str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["dev_cuts.jsonl.gz", "train_cuts.jsonl.gz"]
+    (train,) = load_cuts(out / "train_cuts.jsonl.gz")  # the check every training and evaluate run makes
+    assert (train.id, train.supervisions[0].text) == ("a", "One")
+    assert "wrote 2 cuts" in capsys.readouterr().out
+
+    table.write_text("path,text,split\nclips/a.wav,One,train\nclips/gone.wav,Two,train\n")
+    assert _run(["prepare", "table", str(table), str(tmp_path / "out2")]) == 1
+    assert f"skipped: {table}:3: audio file not found" in capsys.readouterr().err
+
+    table.write_text("path,text\nclips/gone.wav,x\n")
+    with pytest.raises(UserError, match="nothing could be imported"):
+        _run(["prepare", "table", str(table), str(tmp_path / "out3")])
+    assert not (tmp_path / "out3").exists()
+
+
+def test_a_failed_write_leaves_no_split_half_written(tmp_path, audio, monkeypatch):
+    table = tmp_path / "t.csv"
+    table.write_text("path,text,split\nclips/a.wav,one,dev\nclips/b.flac,two,train\n")
+    splits = import_table(table)
+    out = tmp_path / "out"
+    out.mkdir()
+    split_path(out, "dev").write_text("previous run\n")
+    real_save = prepare.save_cuts
+
+    def fail_on_train(cuts, path):
+        if "train" in str(path):
+            raise OSError(28, "No space left on device", str(path))
+        real_save(cuts, path)
+
+    monkeypatch.setattr(prepare, "save_cuts", fail_on_train)
+    with pytest.raises(OSError, match="No space left"):
+        save_splits(splits, out)
+    assert sorted(p.name for p in out.iterdir()) == ["dev_cuts.jsonl.gz"]  # no temporary folder left either
+    assert split_path(out, "dev").read_text() == "previous run\n"  # the earlier manifest is untouched

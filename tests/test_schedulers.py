@@ -95,3 +95,42 @@ def test_optimizer_on_the_cpu_is_torchs_default_implementation(name, cls):
 def test_optimizer_on_cuda_is_fused():
     params = [torch.nn.Parameter(torch.randn(3, 2, device="cuda"))]
     assert build_optimizer("adam", params, lr=0.01, weight_decay=0.0).param_groups[0]["fused"] is True
+
+
+# ----------------------------------------------------------------------------------------------------
+# moved from tests/test_frontend_audit.py
+# Audit of the frontend, the Noam schedule and the manifest check against references written from their
+# definitions: SpecAugment (Park et al. 2019, per utterance as ESPnet's time warp), the Noam formula, lhotse's own
+# validation of supervisions.
+
+
+# Noam schedule and CMVN (checked clean) --------------------------------------------------------------------
+
+
+@pytest.mark.reference
+def test_noam_with_one_warmup_step_starts_at_the_peak_and_decays():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = NoamLR(optimizer, warmup_steps=1)
+    lrs = []
+    for _ in range(4):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx([1.0, 1 / math.sqrt(2), 1 / math.sqrt(3), 0.5])
+
+
+@pytest.mark.reference
+def test_noam_resumed_mid_warmup_continues_the_ramp():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = NoamLR(optimizer, warmup_steps=100)
+    for _ in range(30):
+        optimizer.step()
+        scheduler.step()
+    resumed_optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    resumed = NoamLR(resumed_optimizer, warmup_steps=100)
+    resumed_optimizer.load_state_dict(optimizer.state_dict())
+    resumed.load_state_dict(scheduler.state_dict())
+    assert resumed_optimizer.param_groups[0]["lr"] == pytest.approx(31 / 100)
+    resumed_optimizer.step()
+    resumed.step()
+    assert resumed_optimizer.param_groups[0]["lr"] == pytest.approx(32 / 100)

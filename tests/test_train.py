@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
+import io
 import json
+import os
+import random
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -15,9 +20,10 @@ from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
 
 from srupp_asr.errors import UserError
 from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
-from srupp_asr.lightning_module import ASRLightningModule, word_errors
+from srupp_asr.lightning_module import ASRLightningModule, rng_states, set_rng_states, word_errors
 from srupp_asr.tokenizer import Tokenizer
-from srupp_asr.train import add_parser, run_train
+from srupp_asr.train import TRUSTED_CLASSES_ENV, add_parser, check_trusted_classes, run_train
+from tests.helpers import write_manifest
 
 TINY_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "tiny_cpu.yaml"
 SPOKEN = ["hello world", "the cat sat on the mat", "good morning to you", "speech recognition is fun"]
@@ -496,3 +502,99 @@ def test_an_unusable_ckpt_path_or_output_folder_is_a_one_line_error(tokenizer_pa
         with pytest.raises(UserError, match=f"^{message}") as err:
             run_train([*argv, "--trainer.default_root_dir", str(tmp_path / "run"), *override])
         assert "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------------------------------
+# moved from tests/test_training_acceptance.py
+
+
+def test_random_states_survive_a_weights_only_checkpoint_round_trip() -> None:
+    """The states a checkpoint stores load with weights_only=True and replay torch, numpy and Python draws."""
+
+    def draws() -> tuple[list[float], list[float], list[float]]:
+        return torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)]
+
+    np.random.randn()  # leaves a cached Gaussian in numpy's state, which must survive too
+    buffer = io.BytesIO()
+    torch.save({"rng_states": rng_states()}, buffer)
+    expected = draws()
+    buffer.seek(0)
+    set_rng_states(torch.load(buffer, weights_only=True)["rng_states"])
+    assert draws() == expected
+
+
+# ----------------------------------------------------------------------------------------------------
+# moved from tests/test_reliability_inputs.py: a bad manifest stops training before its first step; configs name
+# the file and key of a problem and cannot name classes outside lightning / torch / srupp_asr
+
+
+def test_training_stops_at_a_bad_manifest_before_the_first_step(speech_corpus, tmp_path):
+    with gzip.open(speech_corpus["cuts"], "rt") as f:
+        good = [json.loads(line) for line in f]
+    bad = write_manifest(tmp_path / "bad.jsonl.gz", [*good[:2], {**good[2], "duration": -1}, *good[3:]])
+    root = tmp_path / "exp"
+    args = [
+        "fit",
+        "--config",
+        str(TINY_CONFIG),
+        f"--data.train_cuts={bad}",
+        f"--data.valid_cuts={speech_corpus['cuts']}",
+    ]
+    args += [f"--data.tokenizer={speech_corpus['tokenizer']}", f"--trainer.default_root_dir={root}"]
+    with pytest.raises(UserError, match=rf"^{bad}:3: cut utt2: 'duration' must be a positive number, not -1"):
+        run_train([*args, "--trainer.max_steps=2"])
+    assert not list(root.rglob("*.ckpt"))
+    outside = Path(speech_corpus["cuts"]).parent / "elsewhere"
+    with pytest.raises(UserError, match=r"is outside the corpus directories"):
+        run_train(
+            [*args[:4], f"--data.train_cuts={speech_corpus['cuts']}", *args[5:], f"--data.audio_roots=[{outside}]"]
+        )
+
+
+def test_a_wrong_type_in_a_config_names_the_file_and_key(tmp_path, tokenizer_path):
+    config = tmp_path / "lr.yaml"
+    config.write_text("model:\n  lr: fast\n")
+    with pytest.raises(UserError, match=rf"^{config}: .*model\.lr"):
+        run_train(["fit", "--config", str(TINY_CONFIG), "--config", str(config), "--data.tokenizer", tokenizer_path])
+
+
+def test_a_config_naming_an_untrusted_class_is_refused_before_import(tmp_path, tokenizer_path):
+    config = tmp_path / "evil.yaml"
+    marker = tmp_path / "imported"
+    (tmp_path / "evil_plugin.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    config.write_text("trainer:\n  callbacks:\n  - class_path: evil_plugin.Callback\n    init_args: {}\n")
+    os.sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(
+            UserError, match=rf"^{config}: trainer\.callbacks\[0\]: class 'evil_plugin\.Callback' is not allowed"
+        ):
+            run_train(
+                ["fit", "--config", str(TINY_CONFIG), "--config", str(config), "--data.tokenizer", tokenizer_path]
+            )
+    finally:
+        os.sys.path.remove(str(tmp_path))
+    assert not marker.exists()  # refused from the YAML, before jsonargparse imported anything
+
+
+def test_a_class_from_the_command_line_is_checked_too(tokenizer_path, tmp_path, monkeypatch):
+    args = ["fit", "--config", str(TINY_CONFIG), "--data.tokenizer", tokenizer_path, "--trainer.max_steps=0"]
+    args += [f"--trainer.default_root_dir={tmp_path}", "--trainer.callbacks+=tests.test_train.UpdateRecorder"]
+    monkeypatch.delenv(TRUSTED_CLASSES_ENV, raising=False)
+    with pytest.raises(
+        UserError,
+        match=r"^config: fit\.trainer\.callbacks\[0\]: class 'tests\.test_train\.UpdateRecorder' is not allowed",
+    ):
+        run_train(args)
+
+
+def test_trusted_modules_and_the_environment_extension(monkeypatch):
+    monkeypatch.delenv(TRUSTED_CLASSES_ENV, raising=False)
+    fine = {
+        "trainer": {"logger": {"class_path": "lightning.pytorch.loggers.CSVLogger"}},
+        "x": [{"class_path": "CSVLogger"}],
+    }
+    check_trusted_classes(fine, "c.yaml")
+    with pytest.raises(UserError, match=r"^c\.yaml: a\.b\[1\]: class 'lightningx\.Evil' is not allowed"):
+        check_trusted_classes({"a": {"b": [{}, {"class_path": "lightningx.Evil"}]}}, "c.yaml")
+    monkeypatch.setenv(TRUSTED_CLASSES_ENV, "mine, other.pkg")
+    check_trusted_classes({"a": {"class_path": "other.pkg.Thing"}, "b": {"class_path": "mine.X"}}, "c.yaml")

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the imported fixtures are parameter names of the tests)
 """Exact resumes in the configurations the other stop tests leave out: augmentation in the data set with and without
 DataLoader workers, a stop in the middle of a gradient accumulation cycle, two resumes in a row across an epoch's
 end, and DDP.
@@ -24,19 +23,19 @@ import torch
 from lhotse import CutSet, MonoCut, Recording
 
 from srupp_asr.checkpoints import load_checkpoint
-from srupp_asr.data import ASRDataset, SeededBatch, load_cuts
+from srupp_asr.data import ASRDataset, SeededBatch
 from srupp_asr.lightning_module import ASRLightningModule
-from tests.test_reliability_stops import (  # noqa: F401 (overrides, straight: fixtures)
+from srupp_asr.manifest import load_cuts
+from tests.process.runs import (
     NO_STEP_CHECKPOINTS,
     TOTAL_STEPS,
-    overrides,
+    assert_same_weights,
+    load_weights,
     run_args,
+    srupp_asr_train,
     stop_lines,
-    straight,
     train_with_signal,
 )
-from tests.test_reliability_training import assert_same_weights
-from tests.test_training_acceptance import corpus, load_weights, srupp_asr_train  # noqa: F401 (corpus: a fixture)
 
 EPOCH_BATCHES = 6  # of the corpus with the overrides' max_duration (6 s)
 DDP = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp", "--data.max_duration=8"]
@@ -178,7 +177,7 @@ def test_a_checkpoint_written_in_the_middle_of_an_accumulation_cycle_resumes_exa
             "--checkpoint.monitor=valid/loss",
             "--checkpoint.every_n_train_steps=null",
         ]
-        kill = ["--trainer.callbacks+=tests.test_training_acceptance.KillAtStep", "--trainer.callbacks.step=2"]
+        kill = ["--trainer.callbacks+=tests.process.runs.KillAtStep", "--trainer.callbacks.step=2"]
         srupp_asr_train([*args, *kill], expect_returncode=-signal.SIGKILL)
     checkpoint = load_checkpoint(root / "checkpoints" / "last.ckpt")
     assert checkpoint["global_step"] == 1 and checkpoint["ASRDataModule"] == {"epoch": 0, "batches_done": 3}
@@ -275,14 +274,14 @@ def test_periodic_checkpoints_go_on_after_a_mid_epoch_resume(corpus, overrides, 
     a second kill lost everything since the resume."""
     every, kill_at, total = 2, 8, 16  # the first validation (at epoch 0's end, step 6) comes before the kill
     root = tmp_path / "exp"
-    record = ["--trainer.callbacks+=tests.test_resume_matrix.RecordSaves"]
+    record = ["--trainer.callbacks+=tests.process.test_resume_matrix.RecordSaves"]
     first = [
         *run_args(corpus, root, tmp_path / "w1", overrides, total, every),
         "--checkpoint.monitor=valid/loss",  # as the recipes: top-k by validation loss, saved every `every` steps
         "--checkpoint.save_top_k=-1",
         "--trainer.limit_val_batches=2",
     ]
-    kill = ["--trainer.callbacks+=tests.test_training_acceptance.KillAtStep", f"--trainer.callbacks.step={kill_at}"]
+    kill = ["--trainer.callbacks+=tests.process.runs.KillAtStep", f"--trainer.callbacks.step={kill_at}"]
     srupp_asr_train(
         [*first, *kill, *record, f"--trainer.callbacks.out={tmp_path / 'first.txt'}"],
         expect_returncode=-signal.SIGKILL,

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the imported fixture ``corpus`` is a parameter name of the tests)
 """Training faults: ``kill -9`` at any moment (checkpoint writes included), corrupt checkpoints, a full disk.
 
 Every run here is ``srupp-asr train fit`` in a subprocess on the spoken corpus of
@@ -15,7 +14,6 @@ import random
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -27,14 +25,8 @@ from srupp_asr import kernels
 from srupp_asr.checkpoints import PARTIAL_SUFFIX, AtomicCheckpointIO, load_checkpoint
 from srupp_asr.errors import UserError
 from srupp_asr.train import run_train
-from tests.test_training_acceptance import (  # noqa: F401 (corpus: a fixture)
-    REPO,
-    augmented_config,
-    corpus,
-    corpus_args,
-    load_weights,
-    srupp_asr_train,
-)
+from tests.helpers import REPO
+from tests.process.runs import assert_same_weights, corpus_args, load_weights, srupp_asr_train, train_args
 
 TOTAL_STEPS = 8
 
@@ -58,27 +50,6 @@ class KillWhileSaving(AtomicCheckpointIO):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train_args(corpus, root: Path, weights: Path, every: int, overrides: Path, steps: int = TOTAL_STEPS) -> list[str]:
-    """Arguments of a ``steps``-step run saving ``last.ckpt`` every ``every`` steps and dumping its final weights."""
-    return [
-        *corpus_args(corpus, root),
-        "--config",
-        str(overrides),
-        f"--trainer.max_steps={steps}",
-        "--trainer.limit_val_batches=0",
-        "--checkpoint.monitor=null",  # step checkpoints without a validation metric
-        "--checkpoint.save_top_k=1",
-        f"--checkpoint.every_n_train_steps={every}",
-        "--trainer.callbacks+=tests.test_training_acceptance.DumpWeights",
-        f"--trainer.callbacks.out_dir={weights}",
-    ]
-
-
-@pytest.fixture(scope="module")
-def overrides(tmp_path_factory) -> Path:
-    return augmented_config(tmp_path_factory.mktemp("config") / "augmented.yaml", speed_perturb=False)
-
-
 @pytest.fixture(scope="module")
 def straight(corpus, overrides, tmp_path_factory) -> tuple[dict[str, torch.Tensor], float]:
     """The final weights of the uninterrupted 8-step run, and its wall time in seconds.
@@ -91,12 +62,6 @@ def straight(corpus, overrides, tmp_path_factory) -> tuple[dict[str, torch.Tenso
     start = time.monotonic()
     srupp_asr_train(train_args(corpus, folder / "exp", folder / "weights", 4, overrides))
     return load_weights(folder / "weights" / "rank0.pt"), time.monotonic() - start
-
-
-def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], context: str = "") -> None:
-    assert a.keys() == b.keys()
-    worst = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
-    assert worst <= 1e-6, f"the resumed run's weights differ from the uninterrupted run's by up to {worst:.3g}{context}"
 
 
 def assert_every_checkpoint_complete(folder: Path) -> list[int]:
@@ -112,7 +77,7 @@ def test_kill_during_a_checkpoint_write_keeps_the_previous_one_and_resume_matche
 ):
     root, weights = tmp_path / "exp", tmp_path / "weights"
     args = train_args(corpus, root, weights, 3, overrides)
-    kill = ["--trainer.plugins+=tests.test_reliability_training.KillWhileSaving", "--trainer.plugins.step=6"]
+    kill = ["--trainer.plugins+=tests.process.test_training_faults.KillWhileSaving", "--trainer.plugins.step=6"]
     srupp_asr_train([*args, *kill], expect_returncode=-signal.SIGKILL)
     folder = root / "checkpoints"
     partial = list(folder.glob(f".*{PARTIAL_SUFFIX}"))
@@ -173,52 +138,6 @@ def test_a_corrupt_last_checkpoint_is_a_one_line_error_naming_it(corpus, overrid
     args = train_args(corpus, tmp_path / "exp", tmp_path / "weights", 1, overrides)
     with pytest.raises(UserError, match=rf"^{folder / 'last.ckpt'}: not a readable PyTorch checkpoint"):
         run_train([*args[:-2], "--ckpt_path=last"])
-
-
-def test_a_pickled_object_in_a_checkpoint_is_refused(tmp_path):
-    path = tmp_path / "evil.ckpt"
-    torch.save({"state_dict": {}, "payload": subprocess.Popen}, path)
-    with pytest.raises(UserError, match=rf"^{path}: torch.load\(weights_only=True\) refused it"):
-        AtomicCheckpointIO().load_checkpoint(path)
-
-
-WRITE_UNDER_A_FILE_SIZE_LIMIT = textwrap.dedent(
-    """
-    import resource, signal, sys, torch
-    from srupp_asr.checkpoints import AtomicCheckpointIO
-    from srupp_asr.errors import UserError
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() fails with EFBIG, as with ENOSPC
-    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
-    try:
-        AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.zeros(100_000)}}, sys.argv[1])
-    except UserError as err:
-        print(err)
-    """
-)
-
-
-def test_a_full_disk_while_saving_leaves_the_previous_checkpoint_intact(tmp_path):
-    path = tmp_path / "last.ckpt"
-    AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(10)}, "global_step": 7}, path)
-    before = path.read_bytes()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(
-        [sys.executable, "-c", WRITE_UNDER_A_FILE_SIZE_LIMIT, str(path)], env=env, capture_output=True, text=True
-    )
-    assert out.stdout == f"{path}: cannot write the checkpoint (File too large); the previous one is kept\n", out.stderr
-    assert path.read_bytes() == before
-    assert load_checkpoint(path)["global_step"] == 7
-    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # the partial file was removed
-
-
-def test_atomic_saves_fsync_and_never_show_a_partial_name_lightning_would_pick(tmp_path):
-    io = AtomicCheckpointIO()
-    (tmp_path / f".last.ckpt.stale{PARTIAL_SUFFIX}").write_bytes(b"half")
-    io.save_checkpoint({"state_dict": {}, "global_step": 1}, tmp_path / "last.ckpt")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
-    io.remove_checkpoint(tmp_path / "last.ckpt")
-    io.remove_checkpoint(tmp_path / "last.ckpt")  # twice: already gone is fine
-    assert not any(tmp_path.iterdir())
 
 
 def test_a_fresh_fit_into_a_folder_holding_an_earlier_run_is_refused_unless_asked_to_overwrite(

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the imported fixture ``corpus`` is a parameter name of the tests)
 """Stops that are not crashes: a ``max_steps`` stop in mid-epoch, SIGTERM (training and any other command), a
 write killed half-way, and two training runs into one folder.
 
@@ -15,78 +14,24 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
-import lightning as L
 import pytest
-import torch
 
 from srupp_asr.checkpoints import load_checkpoint
 from srupp_asr.cli import main
 from srupp_asr.fileio import atomic_output, make_temp_dir, remove_stale_temps
-from tests.test_reliability_training import assert_same_weights, train_args
-from tests.test_training_acceptance import (  # noqa: F401 (corpus: a fixture)
-    REPO,
-    augmented_config,
-    corpus,
+from tests.helpers import REPO
+from tests.process.runs import (
+    NO_STEP_CHECKPOINTS,
+    TOTAL_STEPS,
+    assert_same_weights,
     corpus_args,
     load_weights,
+    run_args,
     srupp_asr_train,
+    stop_lines,
+    train_with_signal,
 )
-
-TOTAL_STEPS = 10  # the corpus makes 6 batches an epoch: the runs cross an epoch boundary
-NO_STEP_CHECKPOINTS = 1000  # every_n_train_steps beyond the runs' ends
-
-
-def send(sig: str, times: int = 1) -> None:
-    """Send ``sig`` ``times`` times: to this process (what ``kill PID`` or a scheduler does), or with ``SIGINT`` to
-    its whole process group, data-loader workers included (what Ctrl-C in a terminal does)."""
-    for _ in range(times):
-        if sig == "SIGINT":
-            os.killpg(os.getpgid(0), signal.SIGINT)
-        else:
-            os.kill(os.getpid(), getattr(signal, sig))
-
-
-class TermAtStep(L.Callback):
-    """Sends ``sig`` (SIGTERM by default) ``times`` times as step ``step`` starts (under DDP: from rank 0 only)."""
-
-    def __init__(self, step: int, sig: str = "SIGTERM", times: int = 1) -> None:
-        self.step, self.sig, self.times = step, sig, times
-
-    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        if trainer.global_step == self.step and trainer.global_rank == 0:
-            send(self.sig, self.times)
-
-
-class TermInValidation(L.Callback):
-    """Sends SIGTERM as the first validation batch after step ``step`` starts."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_validation_batch_start(self, trainer: L.Trainer, module: L.LightningModule, *args: Any) -> None:
-        if trainer.global_step == self.step and args[1] == 0 and not trainer.sanity_checking:
-            send("SIGTERM")
-
-
-@pytest.fixture(scope="module")
-def overrides(tmp_path_factory) -> Path:
-    return augmented_config(tmp_path_factory.mktemp("config") / "augmented.yaml", speed_perturb=False)
-
-
-def run_args(corpus, root: Path, weights: Path, overrides: Path, steps: int, every: int = NO_STEP_CHECKPOINTS):
-    """A ``steps``-step run that dumps its final weights; without step checkpoints (``last.ckpt`` is saved where
-    it stops) unless ``every`` (0: Lightning's default, a save at every epoch's end)."""
-    return train_args(corpus, root, weights, every, overrides, steps)
-
-
-@pytest.fixture(scope="module")
-def straight(corpus, overrides, tmp_path_factory) -> dict[str, torch.Tensor]:
-    """The final weights of an uninterrupted run of TOTAL_STEPS steps."""
-    folder = tmp_path_factory.mktemp("straight")
-    srupp_asr_train(run_args(corpus, folder / "exp", folder / "weights", overrides, TOTAL_STEPS))
-    return load_weights(folder / "weights" / "rank0.pt")
 
 
 # Stops in mid-epoch 0, at its end, in mid-epoch 1. The checkpoint at the stop is written at the epoch's end
@@ -109,35 +54,6 @@ def test_a_max_steps_stop_resumed_with_more_steps_ends_where_an_uninterrupted_ru
     srupp_asr_train(resume)
     assert json.loads((tmp_path / "weights" / "rank0.json").read_text())["global_step"] == TOTAL_STEPS
     assert_same_weights(straight, load_weights(tmp_path / "weights" / "rank0.pt"), f" (stopped at step {stop})")
-
-
-def train_with_signal(
-    args: list[str], sig: str, step: int, times: int = 1, in_validation: bool = False
-) -> subprocess.CompletedProcess:
-    """``srupp-asr train ARGS`` that sends itself ``sig`` ``times`` times as step ``step`` starts (or SIGTERM as
-    the validation after step ``step`` starts)."""
-    if in_validation:
-        signal_at = ["--trainer.callbacks+=tests.test_reliability_stops.TermInValidation"]
-    else:
-        signal_at = [
-            "--trainer.callbacks+=tests.test_reliability_stops.TermAtStep",
-            f"--trainer.callbacks.sig={sig}",
-            f"--trainer.callbacks.times={times}",
-        ]
-    signal_at.append(f"--trainer.callbacks.step={step}")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SRUPP_ASR_TRUSTED_CLASSES": "tests"}
-    cmd = [sys.executable, "-m", "srupp_asr.cli", "train", *args, *signal_at]
-    # A session of its own, so that a hang (a rank waiting for ever) fails the test and ends every rank.
-    with subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    ) as proc:
-        try:
-            stdout, stderr = proc.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            pytest.fail(f"srupp-asr train did not stop within 300 s of {sig} at step {step}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def test_sigterm_saves_the_step_it_stops_at_exits_143_and_the_resume_matches(corpus, overrides, straight, tmp_path):
@@ -167,10 +83,6 @@ def test_sigterm_to_rank_0_of_a_ddp_run_stops_every_rank_with_one_checkpoint(cor
     assert lines == [f"srupp-asr train: terminated (SIGTERM) after step 3: saved {last}; resume with --ckpt_path last"]
     assert load_checkpoint(last)["global_step"] == 3
     assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["last.ckpt"]
-
-
-def stop_lines(proc: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in proc.stderr.splitlines() if line.startswith("srupp-asr train:")]
 
 
 def test_sigterm_during_validation_stops_it_saves_the_step_and_the_resume_matches(
@@ -312,51 +224,3 @@ def test_what_an_export_killed_half_way_left_is_removed_by_the_next_export(tmp_p
     assert leftover.is_dir() and leftover.name.endswith(".tmp")
     fresh = make_temp_dir(folder)  # what export_model calls first
     assert list(tmp_path.iterdir()) == [fresh]
-
-
-def test_a_forked_worker_gets_sigterms_default_action_back():
-    """A Python handler runs only between bytecodes: a pool worker blocked in C would never die of the SIGTERM
-    its parent's ``Pool.terminate`` sends, and the parent would wait for ever (a synth-corpus run hung so)."""
-    script = textwrap.dedent(
-        """
-        import os, signal, sys
-        from srupp_asr.interrupts import sigterm_raises
-
-        with sigterm_raises():
-            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-            pid = os.fork()
-            if pid == 0:
-                os._exit(0 if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else 3)
-            _, status = os.waitpid(pid, 0)
-            sys.exit(os.waitstatus_to_exitcode(status))
-        """
-    )
-    assert subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=60).returncode == 0
-
-
-def test_a_deferred_ctrl_c_notices_once_raises_the_second_time_and_forked_workers_ignore_it():
-    script = textwrap.dedent(
-        """
-        import os, signal, sys
-        from srupp_asr.interrupts import defer_sigint
-
-        notices = []
-        defer_sigint(lambda: notices.append(1))
-        pid = os.fork()
-        if pid == 0:  # a data-loader worker: the terminal's Ctrl-C reaches it too, and must not kill it
-            os._exit(0 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else 3)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0, "the forked child does not ignore SIGINT"
-        os.kill(os.getpid(), signal.SIGINT)
-        assert notices == [1]
-        try:
-            os.kill(os.getpid(), signal.SIGINT)
-            sys.exit(4)
-        except KeyboardInterrupt:
-            pass
-        defer_sigint(None)
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=60, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr

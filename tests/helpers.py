@@ -1,0 +1,228 @@
+"""Helpers shared by several test modules: constants, builders and runners, no tests and no fixtures (those are
+in ``tests/conftest.py``). Test modules import from here, never from each other."""
+
+from __future__ import annotations
+
+import fcntl
+import gzip
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+from lhotse import CutSet
+
+from srupp_asr.data import ASRDataModule, ASRDataset
+from srupp_asr.lightning_module import ASRLightningModule, word_errors
+
+REPO = Path(__file__).resolve().parent.parent
+TINY_CONFIG = REPO / "conf" / "tiny_cpu.yaml"
+
+
+def _sclite() -> list[str] | None:
+    if path := shutil.which("sclite"):
+        return [path]
+    if Path("/usr/lib/sctk/bin/sclite").is_file():  # Debian keeps it off PATH, behind the `sctk` wrapper
+        return ["/usr/lib/sctk/bin/sclite"]
+    return None
+
+
+# The command that runs NIST sclite (Debian's sctk), or None where it is not installed.
+SCLITE = _sclite()
+
+
+# Twenty distinct short sentences (about 1.2-1.7 s each as espeak-ng speaks them).
+SENTENCES = [
+    "the sun is warm today",
+    "open the red door",
+    "my dog likes to run",
+    "we ate fresh bread",
+    "please call me later",
+    "the train left early",
+    "she reads a long book",
+    "birds sing in spring",
+    "turn off the light",
+    "he plays the guitar",
+    "cold water tastes good",
+    "the kids went home",
+    "a small boat sailed by",
+    "rain fell all night",
+    "clean your room now",
+    "the old man smiled",
+    "green apples are sour",
+    "we walked to school",
+    "the clock struck nine",
+    "snow covers the hill",
+]
+
+
+# Per encoder: a small network that overfits quickly, and a step budget with a margin over the steps it needed
+# with the test's seed (140 for srupp, 100 for conformer, 320 for blstm; over seeds 0-3: 140-260, 80-110 and
+# 320 to over 700), since floating-point details differ between CPUs. The BLSTM sits on the CTC blank plateau
+# for long unless its learning rate is high from the first steps, hence its short warm-up.
+OVERFIT: dict[str, tuple[dict[str, Any], int]] = {
+    "srupp": (
+        {
+            "d_model": 32,
+            "encoder_conf": {
+                "d_model": 128,
+                "num_layers": 2,
+                "attn_dim": 64,
+                "num_heads": 2,
+                "attn_every": 2,
+                "dropout": 0.0,
+                "attn_dropout": 0.0,
+            },
+            "lr": 0.01,
+            "warmup_steps": 20,
+        },
+        500,
+    ),
+    "conformer": (
+        {
+            "d_model": 64,
+            "encoder_conf": {
+                "d_model": 64,
+                "num_layers": 2,
+                "num_heads": 2,
+                "ffn_dim": 128,
+                "depthwise_conv_kernel_size": 15,
+                "dropout": 0.0,
+            },
+            "lr": 0.005,
+            "warmup_steps": 20,
+        },
+        300,
+    ),
+    "blstm": (
+        {
+            "d_model": 32,
+            "encoder_conf": {"d_model": 128, "num_layers": 2, "dropout": 0.0},
+            "lr": 0.03,
+            "warmup_steps": 3,
+        },
+        700,
+    ),
+}
+
+
+# No dropout (above) or SpecAugment: the fastest way to memorise.
+OVERFIT_COMMON = {
+    "decoder_conf": {"d_model": 64, "num_layers": 1, "num_heads": 2, "ffn_dim": 128, "dropout": 0.0},
+    "ctc_weight": 0.5,
+    "specaugment": None,
+}
+
+
+CHECK_EVERY = 10  # steps between greedy-CTC evaluations of the overfit run
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Paths of the spoken corpus: cut manifest, char tokenizer, CMVN stats."""
+
+    cuts: str
+    tokenizer: str
+    cmvn: str
+
+
+def greedy_transcripts(module: ASRLightningModule, batch: dict[str, Any]) -> list[str]:
+    """Greedy-CTC transcripts of ``batch`` by ``module`` in eval mode (its training mode is restored)."""
+    was_training = module.training
+    module.eval()
+    try:
+        hyps = module.model.ctc_greedy(batch["audio"], batch["audio_lens"])
+    finally:
+        module.train(was_training)
+    return [module.tokenizer.decode(ids) for ids in hyps]
+
+
+def corpus_wer(module: ASRLightningModule, batch: dict[str, Any]) -> float:
+    """Greedy-CTC word error rate of ``module`` on ``batch``: all word errors over all reference words."""
+    counts = [word_errors(ref, hyp) for ref, hyp in zip(batch["texts"], greedy_transcripts(module, batch), strict=True)]
+    return sum(e for e, _ in counts) / sum(w for _, w in counts)
+
+
+class StopAtZeroWER(L.Callback):
+    """Every ``every`` steps, decodes ``batch`` with greedy CTC and stops training once its WER is 0, or ``extra``
+    steps after that (the attention decoder memorises more slowly than the CTC head)."""
+
+    def __init__(self, batch: dict[str, Any], every: int, extra: int = 0) -> None:
+        self.batch, self.every, self.extra = batch, every, extra
+        self.history: list[tuple[int, float]] = []
+        self.zero_at: int | None = None
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """Evaluate at every ``every``-th step until WER 0; ask the trainer to stop ``extra`` steps after that."""
+        if self.zero_at is None and trainer.global_step % self.every == 0:
+            wer = corpus_wer(module, self.batch)
+            self.history.append((trainer.global_step, round(wer, 3)))
+            if wer == 0.0:
+                self.zero_at = trainer.global_step
+        if self.zero_at is not None and trainer.global_step >= self.zero_at + self.extra:
+            trainer.should_stop = True
+
+
+def train_to_zero_wer(
+    cuts: str, tokenizer: str, cmvn: str, encoder: str, extra_steps: int = 0
+) -> tuple[ASRLightningModule, dict[str, Any], StopAtZeroWER, L.Trainer]:
+    """Train ``encoder``'s OVERFIT network on every utterance of ``cuts`` until greedy-CTC WER 0 on them (checked
+    every CHECK_EVERY steps) and then ``extra_steps`` more, or its step budget; returns (module, the utterances as
+    one batch, stopper, trainer)."""
+    network, max_steps = OVERFIT[encoder]
+    max_steps += extra_steps
+    torch.manual_seed(0)
+    module = ASRLightningModule(tokenizer, cmvn=cmvn, encoder=encoder, **network, **OVERFIT_COMMON)
+    # All 20 utterances (28 s) in each epoch's two batches (one per duration bucket): few updates, cheap ones.
+    data = ASRDataModule(cuts, None, tokenizer, max_duration=60.0, num_buckets=2, speed_perturb=None, num_workers=0)
+    data.setup("fit")
+    everything = ASRDataset(module.tokenizer)[CutSet.from_cuts(data.train_cuts)]
+    stopper = StopAtZeroWER(everything, CHECK_EVERY, extra_steps)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        gradient_clip_val=5.0,
+        limit_val_batches=0,
+        callbacks=[stopper],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+    )
+    trainer.fit(module, datamodule=data)
+    return module, everything, stopper, trainer
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name`` that ``build(folder)`` filled, built once per test run: under xdist the workers share
+    the run's temporary root (the parent of each worker's own), and an ``flock`` makes the others wait for the
+    one building. A build that raised leaves no completion mark, so the next one to ask builds it again."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder = root / name
+    with open(root / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
+def write_manifest(path: Path, lines: list) -> Path:
+    text = "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write(text)
+    return path
