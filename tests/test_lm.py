@@ -239,7 +239,7 @@ def test_fusion_options_are_checked() -> None:
 
 def test_transcribe_and_evaluate_fuse_an_lm_from_the_command_line(overfit_model_dir, tmp_path: Path, capsys) -> None:
     from srupp_asr.text import normalize_text
-    from tests.test_training_acceptance import SENTENCES as SPOKEN
+    from tests.helpers import SENTENCES as SPOKEN
 
     model_dir, utterances = overfit_model_dir
     text = tmp_path / "lm.txt"
