@@ -207,7 +207,7 @@ def evaluate(name: str, args: argparse.Namespace) -> dict:
 
 def build_longform(args: argparse.Namespace) -> list[tuple[float, Path, str]]:
     """Recordings of each length from test_seen utterances in manifest order with pauses; (minutes, path, ref)."""
-    from srupp_asr.data import cut_text, load_cuts
+    from srupp_asr.manifest import cut_text, load_cuts
 
     folder = args.exp / "longform"
     folder.mkdir(parents=True, exist_ok=True)

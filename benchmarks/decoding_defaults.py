@@ -113,7 +113,7 @@ def run_child(files: list[tuple[Path, str]], mode: str, threads: int, model: str
 
     from srupp_asr.errors import UserError
     from srupp_asr.scoring.analysis import score_transcripts
-    from srupp_asr.scoring.formats import Transcript
+    from srupp_asr.scoring.formats import UtteranceText
     from srupp_asr.transcribe import transcribe
 
     torch.set_num_threads(threads)
@@ -121,8 +121,8 @@ def run_child(files: list[tuple[Path, str]], mode: str, threads: int, model: str
     kwargs = {} if mode == "default" else {"decoding": mode}
     out = transcribe([str(p) for p, _ in files], model, threads=threads, **kwargs)
     wall = time.perf_counter() - begin
-    refs = [Transcript(str(p), text) for p, text in files]
-    hyps = [Transcript(t.path, t.text) for t in out]
+    refs = [UtteranceText(str(p), text) for p, text in files]
+    hyps = [UtteranceText(t.path, t.text) for t in out]
     try:
         total = score_transcripts(refs, hyps).total("WER")
         errors, words = total.errors, total.tokens

@@ -133,7 +133,7 @@ def pocketsphinx_available() -> bool:
 
 def set_sizes(cuts: Path) -> tuple[int, float]:
     """(utterances, minutes of audio) of a manifest."""
-    from srupp_asr.data import load_cuts
+    from srupp_asr.manifest import load_cuts
 
     cutset = load_cuts(cuts)
     return len(cutset), sum(c.duration for c in cutset) / 60
@@ -234,7 +234,7 @@ def training_mix(mix: str, real_train: list[Path], synth_train: Path | None, out
     """Write the cut manifest of the training mix ``mix`` (one of :data:`MIXES`) to ``out``; returns it."""
     from lhotse import CutSet
 
-    from srupp_asr.data import load_cuts, save_cuts
+    from srupp_asr.manifest import load_cuts, save_cuts
 
     real = [load_cuts(path) for path in real_train]
     sets = [CutSet.mux(*real, weights=[len(c) for c in real], seed=seed)] if len(real) > 1 else real

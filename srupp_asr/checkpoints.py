@@ -15,6 +15,9 @@ logged, and a resumed run has logged none until its first validation: resumed in
 until then (or, without another validation, only a ``last`` at the end), so a second kill lost everything since
 the resume.
 
+:func:`prepare_resume` mends Lightning's saved loop counters where a training loader without a length (lhotse's)
+leaves them wrong, so that a resumed run goes on exactly where the checkpoint was written.
+
 Reading (:func:`load_checkpoint` and the plugin's ``load_checkpoint``) always uses ``torch.load(weights_only=True)``:
 a checkpoint from a stranger cannot run code, and a truncated or corrupt one is a one-line
 :class:`~srupp_asr.errors.UserError` naming the file.
@@ -168,3 +171,62 @@ class AtomicCheckpointIO(CheckpointIO):
         """Delete a checkpoint (ModelCheckpoint dropping one out of its top k)."""
         with contextlib.suppress(FileNotFoundError):
             Path(path).unlink()
+
+
+def prepare_resume(checkpoint: dict) -> None:
+    """Make Lightning resume a run with :class:`~srupp_asr.data.ASRDataModule` exactly where the checkpoint was
+    written (call it before Lightning restores its loops from ``checkpoint``, e.g. in
+    ``LightningModule.on_load_checkpoint``).
+
+    The training loader has no length (lhotse's batches are made on the fly), and Lightning's loop counters then
+    go wrong in two cases, both mended here from the data module's own record (the epoch its sampler was in and
+    the batches of it done):
+
+    - a checkpoint of an epoch's last training batch is marked ``is_last_batch``, and resuming, Lightning counts
+      that epoch as finished and then finds the next one finished too, before it has drawn a batch: the resumed run
+      would train on epoch e + 2's batches where the uninterrupted run trained on e + 1's. With the flag cleared
+      Lightning re-enters epoch e, :class:`~srupp_asr.data.ResumableSampler` skips its batches (all of them), the
+      epoch's end hooks run (they had not when the checkpoint was written) and epoch e + 1 follows as it did
+      uninterrupted;
+    - a checkpoint written when training ended in mid-epoch (``max_steps``, ``max_time``) counts that epoch as
+      completed: resumed with a larger budget, Lightning would go on with the next epoch and the rest of this one
+      would never be trained. Its completed-epoch count is set back to the epoch the sampler was in.
+
+    And one more: a checkpoint written after an epoch's end was processed (at the epoch-end save, or as training
+    ended on the epoch's last batch) makes Lightning start the next epoch, but, restarting, it keeps the finished
+    epoch's in-epoch counts (it would reset them only if it knew the epoch's length): the next epoch's batches were
+    numbered from 6 on instead of 0, gradient accumulation would count its micro-batches from there, and the
+    data module's record of the batches done in that epoch (which a later checkpoint stores) was too large by the
+    finished epoch's length, so a run stopped again in that epoch and resumed skipped the rest of it. The counts
+    are set to a new epoch's (zero), as Lightning sets them when an epoch starts.
+    """
+    data = checkpoint.get("ASRDataModule")
+    fit = checkpoint.get("loops", {}).get("fit_loop", {})
+    progress = fit.get("epoch_loop.batch_progress")
+    if not data or not isinstance(progress, dict):
+        return
+    if progress.get("is_last_batch"):
+        progress["is_last_batch"] = False
+        if fit.get("epoch_progress", {}).get("current", {}).get("processed", 0) > int(data["epoch"]):
+            _start_next_epoch(fit)
+        return
+    epochs = fit.get("epoch_progress", {})
+    ahead = epochs.get("current", {}).get("completed", 0) - int(data["epoch"])
+    if ahead > 0 and int(data["batches_done"]) > 0:  # stopped in mid-epoch, counted as completed
+        for counts in (epochs["current"], epochs["total"]):
+            counts["completed"] -= ahead
+
+
+def _start_next_epoch(fit: dict) -> None:
+    """Set a fit loop's saved in-epoch counts to those of an epoch about to start (what Lightning's
+    ``_TrainingEpochLoop.reset`` does when it starts an epoch without restarting)."""
+
+    def zero(counts: dict | None) -> None:
+        for key in counts or {}:
+            counts[key] = 0
+
+    for key in ("epoch_loop.batch_progress", "epoch_loop.scheduler_progress"):
+        zero(fit.get(key, {}).get("current"))
+    for part in fit.get("epoch_loop.automatic_optimization.optim_progress", {}).get("optimizer", {}).values():
+        zero(part.get("current"))
+    zero(fit.get("epoch_loop.val_loop.batch_progress", {}).get("total"))

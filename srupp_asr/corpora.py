@@ -20,24 +20,20 @@ recipes (``recipes/<corpus>/run.sh``) need on top, as functions callable from Py
     modelling; lhotse does it).
 
 - :func:`speed_perturbed`: the training set at speeds 0.9, 1.0 and 1.1 (ESPnet's three copies), lazily: lhotse
-  resamples when a cut is loaded, no audio is written;
-- :func:`score_talks`: score whole-talk transcripts (``srupp-asr transcribe`` JSON) against the talks' STM
-  references, leaving out the words said where the STM says not to score, as sclite does with an STM. A talk
-  without a transcript is scored as all deletions and named on stderr, and the command exits 1; a missing
-  transcripts folder, or one without a transcript of any talk, is an error (exit 2).
+  resamples when a cut is loaded, no audio is written.
+
+``srupp-asr corpus score-talks`` scores whole-talk transcripts against the talks (:mod:`srupp_asr.scoring.talks`).
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import logging
 import math
 import os
 import re
 import shutil
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -135,7 +131,7 @@ def prepare_corpus(
     corpus: str, corpus_dir: str | os.PathLike, out_dir: str | os.PathLike, subset: str = "960", jobs: int = 1
 ) -> dict[str, Path]:
     """Write the cut manifests of ``corpus`` (read from ``corpus_dir``) into ``out_dir``; returns {set: path}."""
-    from srupp_asr.data import save_cuts
+    from srupp_asr.manifest import save_cuts
 
     corpus_dir = Path(corpus_dir)
     if not corpus_dir.is_dir():
@@ -276,8 +272,9 @@ def prepare_tedlium3(corpus_dir: str | os.PathLike, jobs: int = 1) -> dict[str, 
 def tedlium_talks(talks: Iterable[Cut], unscored: dict[str, list[tuple[float, float]]]) -> CutSet:
     """Whole talks for the long-form test: each cut spans its talk from the first scored segment's start to the
     last one's end, holds every scored segment as a supervision, and lists in ``custom["unscored"]`` the spans
-    (recording time) whose words :func:`score_talks` leaves out: the ``ignore_time_segment_in_scoring`` segments,
-    each with the unsegmented gap before it, as sclite assigns words (:func:`_unscored_regions`)."""
+    (recording time) whose words :func:`srupp_asr.scoring.talks.score_talks` leaves out: the
+    ``ignore_time_segment_in_scoring`` segments, each with the unsegmented gap before it, as sclite assigns words
+    (:func:`_unscored_regions`)."""
     cuts = []
     for talk in talks:
         if not talk.supervisions:
@@ -334,110 +331,6 @@ def speed_perturbed(cuts: Iterable[Cut], factors: Sequence[float] = SPEED_FACTOR
             yield cut if factor == 1.0 else cut.perturb_speed(factor, affix_id=True)
 
 
-# ---- long-form scoring ------------------------------------------------------------------------------------------
-
-
-def _timed_units(transcript: dict) -> Iterator[tuple[str, float]]:
-    """(text, midpoint) of each word of a ``transcribe`` JSON transcript (whole segments when it has no words)."""
-    for segment in transcript.get("segments", []):
-        words = segment.get("words") or []
-        if words:
-            for word in words:
-                yield word["word"], (word["start"] + word["end"]) / 2
-        elif segment.get("text"):
-            yield segment["text"], (segment["start"] + segment["end"]) / 2
-
-
-def scored_hypothesis(transcript: dict, cut: Cut) -> str:
-    """The words of a whole-recording transcript that fall (by their midpoint) inside ``cut``'s span of the
-    recording and outside its ``custom["unscored"]`` spans."""
-    start, end = cut.start, cut.start + cut.duration
-    unscored = (cut.custom or {}).get("unscored", [])
-    kept = [
-        text
-        for text, mid in _timed_units(transcript)
-        if start <= mid <= end and not any(a <= mid < b for a, b in unscored)
-    ]
-    return " ".join(kept)
-
-
-def _some(names: Sequence[str], shown: int = 5) -> str:
-    more = f" ... (+{len(names) - shown} more)" if len(names) > shown else ""
-    return " ".join(names[:shown]) + more
-
-
-def score_talks(
-    talks: str | os.PathLike,
-    transcripts_dir: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    name: str | None = None,
-    missing: list[str] | None = None,
-):
-    """Score ``transcripts_dir/<talk>.json`` (``srupp-asr transcribe -f json`` of each talk's whole recording)
-    against the talk cuts of ``talks`` (:func:`tedlium_talks`); writes the report (and ``ref.jsonl`` /
-    ``hyp.jsonl``) into ``out_dir``.
-
-    The words kept are those sclite would score with the talk's STM, except the words before the talk's first
-    scored segment or after its last one, which are left out (sclite counts them as insertions when no
-    ``ignore_time_segment_in_scoring`` segment lies there; TED-LIUM's STMs open and close with one). Each talk is
-    aligned as one utterance, not segment by segment as sclite does, so a word that drifted over a segment
-    boundary still matches: the totals equal sclite's unless errors meet across a boundary (a deletion at the end
-    of one segment and an insertion at the start of the next are one substitution here, two errors in sclite).
-
-    A talk without a transcript is scored as an empty hypothesis (all deletions), the report says how many, and
-    the transcript file names it lacks go to ``missing`` (a warning in the log when ``missing`` is None). A
-    missing folder, or one with no transcript of any talk, is a UserError (nothing is written)."""
-    from srupp_asr.data import cut_text, load_cuts
-    from srupp_asr.fileio import read_text
-    from srupp_asr.scoring.analysis import score_transcripts
-    from srupp_asr.scoring.formats import Transcript, write_jsonl
-    from srupp_asr.scoring.report import ReportInfo, write_report
-
-    transcripts_dir = Path(transcripts_dir)
-    if not transcripts_dir.exists():
-        raise UserError(f"{transcripts_dir}: transcripts folder not found")
-    if not transcripts_dir.is_dir():
-        raise UserError(f"{transcripts_dir}: not a folder (the transcripts folder of srupp-asr transcribe -f json)")
-    refs, hyps, absent = [], [], []
-    for cut in load_cuts(talks, allow_command_sources=True):  # texts only: no audio is read
-        refs.append(Transcript(cut.id, cut_text(cut), cut.recording_id))
-        path = transcripts_dir / f"{cut.recording_id}.json"
-        if not path.is_file():
-            absent.append(path.name)
-            continue
-        try:
-            transcript = json.loads(read_text(path, "transcript"))
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}: not a transcribe JSON transcript ({err.msg} at line {err.lineno})") from None
-        try:
-            hypothesis = scored_hypothesis(transcript, cut)
-        except (AttributeError, KeyError, TypeError):
-            expected = "segments with start, end and text, words with word, start and end"
-            raise UserError(f"{path}: not a transcribe JSON transcript (expected {expected})") from None
-        hyps.append(Transcript(cut.id, hypothesis, cut.recording_id))
-    if not refs:
-        raise UserError(f"{talks}: no talks to score")
-    if not hyps:
-        raise UserError(
-            f"{transcripts_dir}: no transcript of any of the {len(refs)} talks of {talks}"
-            f" (expected {transcripts_dir / absent[0]}, ...: srupp-asr transcribe -f json)"
-        )
-    if missing is not None:
-        missing += absent
-    elif absent:
-        log.warning("%s: no transcript for %d of %d talks: %s", transcripts_dir, len(absent), len(refs), _some(absent))
-    out = Path(out_dir)
-    result = score_transcripts(refs, hyps)
-    details = {}
-    if absent:
-        details["missing transcripts"] = f"{len(absent)} of {len(refs)} talks (scored as all deletions)"
-    info = ReportInfo(name or Path(talks).name.split(".")[0], str(talks), str(out / "hyp.jsonl"), True, details)
-    write_report(result, out, info)  # first: it checks the folder before writing
-    write_jsonl(out / "ref.jsonl", refs)
-    write_jsonl(out / "hyp.jsonl", hyps)
-    return result
-
-
 # ---- command line -----------------------------------------------------------------------------------------------
 
 
@@ -448,7 +341,7 @@ def _download_command(args: argparse.Namespace) -> int:
 
 
 def _prepare_command(args: argparse.Namespace) -> int:
-    from srupp_asr.data import load_cuts
+    from srupp_asr.manifest import load_cuts
 
     for path in prepare_corpus(args.corpus, args.corpus_dir, args.out_dir, args.subset, args.jobs).values():
         cuts = load_cuts(path, lazy=True, allow_command_sources=True)  # durations only: no audio is read
@@ -468,7 +361,7 @@ def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 
 
 def _speed_perturb_command(args: argparse.Namespace) -> int:
-    from srupp_asr.data import load_cuts, save_cuts
+    from srupp_asr.manifest import load_cuts, save_cuts
 
     check_speed_factors(args.factors)
     if _same_file(args.cuts, args.out):
@@ -479,30 +372,10 @@ def _speed_perturb_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _score_talks_command(args: argparse.Namespace) -> int:
-    from srupp_asr.scoring.report import summary_line
-    from srupp_asr.scoring.score import print_summary
-
-    name = args.name or Path(args.talks).name.split(".")[0]
-    missing: list[str] = []
-    result = score_talks(args.talks, args.transcripts, args.out_dir, name, missing=missing)
-    if missing:  # loud, not a quiet warning: a recipe must not take this WER for the model's
-        talks = len(result.utterances)
-        print(
-            f"srupp-asr corpus: error: {args.transcripts}: no transcript for {len(missing)} of {talks} talks,"
-            f" scored as all deletions: {_some(missing)}",
-            file=sys.stderr,
-        )
-        print(summary_line(result, name))  # print_summary's warning would say the same again
-        print(f"report: {Path(args.out_dir) / 'report.html'}", file=sys.stderr)
-        return 1
-    print_summary(result, name, args.out_dir, args.transcripts)
-    return 0
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``corpus`` sub-command (``download``, ``prepare``, ``speed-perturb``, ``score-talks``)."""
     from srupp_asr.cli import COMMANDS
+    from srupp_asr.scoring.talks import score_talks_command
 
     p = subparsers.add_parser("corpus", help=COMMANDS["corpus"][1], description=COMMANDS["corpus"][1])
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -533,5 +406,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     t.add_argument("transcripts", metavar="TRANSCRIPT_DIR", help="srupp-asr transcribe -f json output")
     t.add_argument("--out-dir", required=True, help="where the report files go")
     t.add_argument("--name", help="dataset name in the report (default: from the manifest's name)")
-    t.set_defaults(func=_score_talks_command)
+    t.set_defaults(func=score_talks_command)
     return p

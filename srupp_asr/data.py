@@ -1,6 +1,6 @@
 """Training data: lhotse cut manifests in, padded batches of raw 16 kHz waveforms and token ids out.
 
-Manifests are lhotse ``CutSet`` files (``.jsonl.gz``), written by :mod:`srupp_asr.prepare` or any lhotse recipe.
+Manifests are read with :mod:`srupp_asr.manifest` (checked line by line first).
 :class:`ASRDataset` turns a batch of cuts (as a lhotse sampler yields them) into tensors, applying the on-the-fly
 augmentations (speed perturbation, noise, reverberation) on the cuts before their audio is loaded;
 :class:`ASRDataModule` wires manifests, samplers and data loaders for Lightning.
@@ -9,170 +9,32 @@ augmentations (speed perturbation, noise, reverberation) on the cuts before thei
 from __future__ import annotations
 
 import contextlib
-import gzip
-import json
 import logging
 import os
 import random
-import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
-from pathlib import Path
 from typing import NamedTuple
 
 import lightning as L
 import numpy as np
 import torch
 from lhotse import CutSet
-from lhotse.augmentation import AudioTransform, Resample
-from lhotse.cut import Cut, MixedCut
+from lhotse.cut import Cut
 from lhotse.dataset import CutMix, DynamicBucketingSampler, ReverbWithImpulseResponse
-from lhotse.utils import fastcopy
 
-from srupp_asr.audio import SAMPLE_RATE, prepare_waveform, resampling_rate  # other rates: resampled on the fly
+from srupp_asr.audio import SAMPLE_RATE, prepare_waveform
 from srupp_asr.augment import ChannelAugment
 from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_output, check_regular_file, file_kind
-from srupp_asr.manifest_check import check_cuts, check_cuts_manifest
-from srupp_asr.text import normalize_text
+from srupp_asr.manifest import CUT_SUFFIXES, check_cuts_manifest, cut_text, load_cut_audio, load_cuts
 from srupp_asr.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 TOKEN_PAD = -1  # padding value of ``tokens``; never a real id
-_CUT_SUFFIXES = (".jsonl.gz", ".jsonl")
 _BINS_ESTIMATE_CUTS = 10000  # lhotse's default number of cuts read to place the bucket boundaries
-
-
-def load_cuts(
-    path: str | os.PathLike, lazy: bool = False, allow_command_sources: bool = False, check: bool = True
-) -> CutSet:
-    """Open a cut manifest after checking every line of it (UserError otherwise, one line naming the file).
-
-    The check (:func:`srupp_asr.manifest_check.check_cuts_manifest`) refuses lines that are not cuts, duplicate
-    ids, URL sources, and audio sources that run a shell command unless ``allow_command_sources`` (a caller that
-    reads only the texts may allow them: nothing runs). Manifests in other formats than ``.jsonl[.gz]`` are
-    checked cut by cut after loading. ``check=False`` skips the check (the caller has made its own)."""
-    path = Path(path)
-    check_regular_file(path, "cut manifest")  # a named pipe would be waited on for ever
-    jsonl = path.name.endswith(_CUT_SUFFIXES)
-    if check and jsonl:
-        check_cuts_manifest(path, None, allow_command_sources)
-    try:
-        if lazy and jsonl:
-            cuts = CutSet.from_jsonl_lazy(path)
-            first = next(iter(cuts), None)
-        else:
-            cuts = CutSet.from_file(path)
-            first = next(iter(cuts), None)
-    except Exception as err:  # gzip, JSON, or lhotse schema errors: all mean "not a readable manifest"
-        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"{path}: not a readable lhotse cut manifest ({detail})") from None
-    if first is None:
-        raise UserError(f"{path}: cut manifest is empty")
-    if not isinstance(first, Cut):
-        raise UserError(f"{path}: holds {type(first).__name__} entries, not cuts (expected a CutSet manifest)")
-    if check and not jsonl:
-        check_cuts(cuts, path, allow_command_sources)
-    return cuts
-
-
-def load_cut_audio(cut: Cut) -> np.ndarray:
-    """A cut's samples as lhotse loads them; any failure is a one-line ``UserError`` naming the audio and the cut.
-    An audio file that is not a regular file (a named pipe, which opening waits on for ever; a device such as
-    ``/dev/zero``, which never ends) is refused before it is opened, as ``transcribe`` refuses it."""
-    for where in _file_sources(cut):
-        try:
-            info = os.stat(where)
-        except OSError:
-            continue  # missing or unreadable: lhotse's error below says so
-        if not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
-            kind = file_kind(info.st_mode)
-            raise UserError(f"{where}: cut {cut.id}: not a readable audio file (not a regular file: {kind})")
-    try:
-        return _with_shared_resampling(cut).load_audio()
-    except Exception as err:  # any decoder, command or file error
-        source = _first_source(cut)
-        where = str(source.source) if source is not None else str(cut.id)
-        raise UserError(f"{where}: cut {cut.id}: {_audio_problem(source, err)}") from None
-
-
-def _with_shared_resampling(cut: Cut) -> Cut:
-    """``cut`` resampling from :func:`srupp_asr.audio.resampling_rate` as transcription does: a recording at a rate
-    sharing few factors with 16 kHz (22051 Hz) would otherwise get a kernel of gigabytes from lhotse (52 s and 9 GB
-    for 2 s at 16001 Hz, cached for the process's life); common rates, and cuts without such a recording, are
-    returned unchanged."""
-    if isinstance(cut, MixedCut):  # noise mixed in: each track is a cut of its own recording
-        tracks = [fastcopy(track, cut=_with_shared_resampling(track.cut)) for track in cut.tracks]
-        return fastcopy(cut, tracks=tracks)
-    recording = getattr(cut, "recording", None)
-    if recording is None or not recording.transforms:
-        return cut
-    transforms = [_shared_resample(t) for t in recording.transforms]
-    if all(new is old for new, old in zip(transforms, recording.transforms, strict=True)):
-        return cut
-    return fastcopy(cut, recording=fastcopy(recording, transforms=transforms))
-
-
-def _shared_resample(transform: AudioTransform | dict) -> AudioTransform | dict:
-    """A lhotse ``Resample`` transform from the rate transcription resamples from; other transforms as they are."""
-    parsed = AudioTransform.from_dict(transform) if isinstance(transform, dict) else transform
-    if not isinstance(parsed, Resample):
-        return transform
-    source, target = parsed.source_sampling_rate, parsed.target_sampling_rate
-    used = resampling_rate(source, target)
-    return transform if used == source else Resample(source_sampling_rate=used, target_sampling_rate=target)
-
-
-def _file_sources(cut: Cut) -> Iterator[str]:
-    """The paths of a cut's ``file`` audio sources (a MixedCut's tracks' too)."""
-    if isinstance(cut, MixedCut):
-        for track in cut.tracks:
-            yield from _file_sources(track.cut)
-        return
-    for source in getattr(getattr(cut, "recording", None), "sources", None) or []:
-        if source.type == "file" and isinstance(source.source, str):
-            yield source.source
-
-
-def _first_source(cut: Cut):
-    """The first audio source of a cut's recording (None for a cut without one, e.g. a MixedCut)."""
-    sources = getattr(getattr(cut, "recording", None), "sources", None) or []
-    return sources[0] if sources else None
-
-
-def _audio_problem(source, err: Exception) -> str:
-    """One line for a lhotse audio error, which lists every backend's failure and dumps the cut on more lines."""
-    if source is not None and source.type == "file" and not os.path.exists(source.source):
-        return "audio file not found"
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    # lhotse's AudioLoadingError: "Exception #0 (<backend>): <class ...>: what the first backend said"
-    detail = next((line.split(">: ", 1)[-1] for line in lines if line.startswith("Exception #0")), None)
-    detail = detail or (lines[0] if lines else type(err).__name__)
-    if len(detail) > 200:
-        detail = detail[:200] + "..."
-    return f"cannot load its audio ({detail})"
-
-
-def save_cuts(cuts: Iterable[Cut], path: str | os.PathLike) -> None:
-    """Write ``cuts`` to a ``.jsonl.gz`` (or ``.jsonl``) manifest atomically; the bytes depend on the cuts
-    only (the gzip header carries no time stamp or file name), so equal cut sets give identical files."""
-    path = Path(path)
-    if not path.name.endswith(_CUT_SUFFIXES):
-        raise UserError(f"{path}: cut manifests are written as .jsonl.gz (or .jsonl)")
-    with atomic_output(path) as tmp, open(tmp, "wb") as raw:
-        out = gzip.GzipFile("", "wb", 9, raw, mtime=0) if path.name.endswith(".gz") else raw
-        with out:
-            for cut in cuts:
-                out.write((json.dumps(cut.to_dict(), ensure_ascii=False) + "\n").encode("utf-8"))
-
-
-def cut_text(cut: Cut) -> str:
-    """The normalised transcript of ``cut``: its supervisions' texts in time order."""
-    sups = sorted(cut.supervisions, key=lambda s: s.start)
-    return normalize_text(" ".join(s.text for s in sups if s.text))
 
 
 class ASRDataset(torch.utils.data.Dataset):
@@ -406,63 +268,6 @@ def batch_seed(base: int, rank: int, epoch: int, index: int) -> int:
     return seed
 
 
-def prepare_resume(checkpoint: dict) -> None:
-    """Make Lightning resume a run with :class:`ASRDataModule` exactly where the checkpoint was written (call it
-    before Lightning restores its loops from ``checkpoint``, e.g. in ``LightningModule.on_load_checkpoint``).
-
-    The training loader has no length (lhotse's batches are made on the fly), and Lightning's loop counters then
-    go wrong in two cases, both mended here from the data module's own record (the epoch its sampler was in and
-    the batches of it done):
-
-    - a checkpoint of an epoch's last training batch is marked ``is_last_batch``, and resuming, Lightning counts
-      that epoch as finished and then finds the next one finished too, before it has drawn a batch: the resumed run
-      would train on epoch e + 2's batches where the uninterrupted run trained on e + 1's. With the flag cleared
-      Lightning re-enters epoch e, :class:`ResumableSampler` skips its batches (all of them), the epoch's end hooks
-      run (they had not when the checkpoint was written) and epoch e + 1 follows as it did uninterrupted;
-    - a checkpoint written when training ended in mid-epoch (``max_steps``, ``max_time``) counts that epoch as
-      completed: resumed with a larger budget, Lightning would go on with the next epoch and the rest of this one
-      would never be trained. Its completed-epoch count is set back to the epoch the sampler was in.
-
-    And one more: a checkpoint written after an epoch's end was processed (at the epoch-end save, or as training
-    ended on the epoch's last batch) makes Lightning start the next epoch, but, restarting, it keeps the finished
-    epoch's in-epoch counts (it would reset them only if it knew the epoch's length): the next epoch's batches were
-    numbered from 6 on instead of 0, gradient accumulation would count its micro-batches from there, and the
-    data module's record of the batches done in that epoch (which a later checkpoint stores) was too large by the
-    finished epoch's length, so a run stopped again in that epoch and resumed skipped the rest of it. The counts
-    are set to a new epoch's (zero), as Lightning sets them when an epoch starts.
-    """
-    data = checkpoint.get("ASRDataModule")
-    fit = checkpoint.get("loops", {}).get("fit_loop", {})
-    progress = fit.get("epoch_loop.batch_progress")
-    if not data or not isinstance(progress, dict):
-        return
-    if progress.get("is_last_batch"):
-        progress["is_last_batch"] = False
-        if fit.get("epoch_progress", {}).get("current", {}).get("processed", 0) > int(data["epoch"]):
-            _start_next_epoch(fit)
-        return
-    epochs = fit.get("epoch_progress", {})
-    ahead = epochs.get("current", {}).get("completed", 0) - int(data["epoch"])
-    if ahead > 0 and int(data["batches_done"]) > 0:  # stopped in mid-epoch, counted as completed
-        for counts in (epochs["current"], epochs["total"]):
-            counts["completed"] -= ahead
-
-
-def _start_next_epoch(fit: dict) -> None:
-    """Set a fit loop's saved in-epoch counts to those of an epoch about to start (what Lightning's
-    ``_TrainingEpochLoop.reset`` does when it starts an epoch without restarting)."""
-
-    def zero(counts: dict | None) -> None:
-        for key in counts or {}:
-            counts[key] = 0
-
-    for key in ("epoch_loop.batch_progress", "epoch_loop.scheduler_progress"):
-        zero(fit.get(key, {}).get("current"))
-    for part in fit.get("epoch_loop.automatic_optimization.optim_progress", {}).get("optimizer", {}).values():
-        zero(part.get("current"))
-    zero(fit.get("epoch_loop.val_loop.batch_progress", {}).get("total"))
-
-
 class ResumableSampler(torch.utils.data.Sampler):
     """A lhotse sampler that follows the trainer's epoch and can skip the batches a resumed run already saw.
 
@@ -655,7 +460,7 @@ class ASRDataModule(L.LightningDataModule):
         """Store the configuration; manifests are checked and opened in :meth:`setup`.
 
         ``check_manifests``: read every line of each manifest before training starts and stop at the first bad one
-        (:func:`srupp_asr.manifest_check.check_cuts_manifest`); ``audio_roots``: the corpus directories audio files
+        (:func:`srupp_asr.manifest.check_cuts_manifest`); ``audio_roots``: the corpus directories audio files
         must lie in (None: anywhere); ``allow_command_sources``: accept lhotse ``command`` audio sources, which run a
         shell command per recording (off: a manifest from a stranger cannot run commands)."""
         super().__init__()
@@ -701,7 +506,7 @@ class ASRDataModule(L.LightningDataModule):
 
     def _open(self, path: str) -> CutSet:
         """A manifest, checked line by line first (unless ``check_manifests`` is off), opened lazily."""
-        if self.check_manifests and str(path).endswith(_CUT_SUFFIXES):
+        if self.check_manifests and str(path).endswith(CUT_SUFFIXES):
             count = check_cuts_manifest(path, self.audio_roots, self.allow_command_sources)
             log.info("%s: %d cuts checked", path, count)
         return load_cuts(path, lazy=True, check=False)

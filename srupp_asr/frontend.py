@@ -85,6 +85,11 @@ class Fbank(nn.Module):
         # a model cast to half precision (.half(), Lightning's "16-true") leaves them exact float32.
         self._constants: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
+    @property
+    def frame_shift(self) -> float:
+        """Seconds between feature frames (10 ms)."""
+        return HOP_LENGTH / SAMPLE_RATE
+
     def extra_repr(self) -> str:
         return f"n_mels={self.n_mels}, dither={self.dither}"
 
@@ -154,7 +159,7 @@ def compute_cmvn_stats(
 
     A cut whose audio does not load is a one-line ``UserError``; with an ``errors`` list its line is appended
     there instead and the other cuts still count."""
-    from srupp_asr.data import load_cut_audio
+    from srupp_asr.manifest import load_cut_audio
 
     fbank = Fbank(n_mels=n_mels).eval()
     total = torch.zeros(n_mels, dtype=torch.float64)
@@ -332,7 +337,7 @@ def cmvn_command(args) -> int:
     still written, and the exit code is then 1."""
     import sys
 
-    from srupp_asr.data import load_cuts
+    from srupp_asr.manifest import load_cuts
 
     try:
         n_mels = check_size("--n-mels", args.n_mels)

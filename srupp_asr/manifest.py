@@ -1,8 +1,13 @@
-"""Checking a cut manifest line by line before training reads it.
+"""Cut manifests: reading them (checked line by line first), writing them, and a cut's text and audio.
+
+Manifests are lhotse ``CutSet`` files (``.jsonl.gz``), written by :mod:`srupp_asr.prepare`, ``srupp-asr corpus``,
+``srupp-asr synth-corpus`` or any lhotse recipe. This module imports neither Lightning nor the tokenizer, so the
+data-preparation commands that read manifests load neither.
 
 lhotse opens manifests lazily, so a bad line deep in a 900,000-cut file would otherwise stop training hours in,
-with a traceback. :func:`check_cuts_manifest` reads the whole file once, up front, and raises one
-:class:`~srupp_asr.errors.UserError` naming the file, the line and the problem (and how many more there are):
+with a traceback. :func:`check_cuts_manifest` (run by :func:`load_cuts`) reads the whole file once, up front, and
+raises one :class:`~srupp_asr.errors.UserError` naming the file, the line and the problem (and how many more there
+are):
 
 - the line is not JSON, not an object, or not a cut lhotse can build (a missing field, an unknown key);
 - a field has the wrong type or an impossible value (a duration that is not a positive number, a text that is not
@@ -21,17 +26,30 @@ import gzip
 import json
 import math
 import os
+import stat
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import check_regular_file
+import numpy as np
+from lhotse import CutSet
+from lhotse.augmentation import AudioTransform, Resample
+from lhotse.cut import Cut, MixedCut
+from lhotse.utils import fastcopy
 
+from srupp_asr.audio import resampling_rate
+from srupp_asr.errors import UserError, first_line
+from srupp_asr.fileio import atomic_output, check_regular_file, file_kind
+from srupp_asr.text import normalize_text
+
+CUT_SUFFIXES = (".jsonl.gz", ".jsonl")  # the manifests read and written line by line
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a cut line longer than this is not a cut (a hostile or broken file)
 _SOURCE_TYPES = ("file", "command", "url", "memory", "shar")
 _END_TOLERANCE_S = 0.05  # rounding of start/duration in manifests written by other tools
+
+
+# ---- the check ---------------------------------------------------------------------------------------------------
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -249,3 +267,135 @@ def _raise_first(checker: _Checker, path: Path) -> None:
         more = len(checker.problems) - 1
         tail = f" (and {more} more problem{'s' if more > 1 else ''} in this manifest)" if more else ""
         raise UserError(f"{path}:{number}: {message}{tail}")
+
+
+# ---- reading and writing ----------------------------------------------------------------------------------------
+
+
+def load_cuts(
+    path: str | os.PathLike, lazy: bool = False, allow_command_sources: bool = False, check: bool = True
+) -> CutSet:
+    """Open a cut manifest after checking every line of it (UserError otherwise, one line naming the file).
+
+    The check (:func:`check_cuts_manifest`) refuses lines that are not cuts, duplicate
+    ids, URL sources, and audio sources that run a shell command unless ``allow_command_sources`` (a caller that
+    reads only the texts may allow them: nothing runs). Manifests in other formats than ``.jsonl[.gz]`` are
+    checked cut by cut after loading. ``check=False`` skips the check (the caller has made its own)."""
+    path = Path(path)
+    check_regular_file(path, "cut manifest")  # a named pipe would be waited on for ever
+    jsonl = path.name.endswith(CUT_SUFFIXES)
+    if check and jsonl:
+        check_cuts_manifest(path, None, allow_command_sources)
+    try:
+        if lazy and jsonl:
+            cuts = CutSet.from_jsonl_lazy(path)
+            first = next(iter(cuts), None)
+        else:
+            cuts = CutSet.from_file(path)
+            first = next(iter(cuts), None)
+    except Exception as err:  # gzip, JSON, or lhotse schema errors: all mean "not a readable manifest"
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"{path}: not a readable lhotse cut manifest ({detail})") from None
+    if first is None:
+        raise UserError(f"{path}: cut manifest is empty")
+    if not isinstance(first, Cut):
+        raise UserError(f"{path}: holds {type(first).__name__} entries, not cuts (expected a CutSet manifest)")
+    if check and not jsonl:
+        check_cuts(cuts, path, allow_command_sources)
+    return cuts
+
+
+def load_cut_audio(cut: Cut) -> np.ndarray:
+    """A cut's samples as lhotse loads them; any failure is a one-line ``UserError`` naming the audio and the cut.
+    An audio file that is not a regular file (a named pipe, which opening waits on for ever; a device such as
+    ``/dev/zero``, which never ends) is refused before it is opened, as ``transcribe`` refuses it."""
+    for where in _file_sources(cut):
+        try:
+            info = os.stat(where)
+        except OSError:
+            continue  # missing or unreadable: lhotse's error below says so
+        if not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
+            kind = file_kind(info.st_mode)
+            raise UserError(f"{where}: cut {cut.id}: not a readable audio file (not a regular file: {kind})")
+    try:
+        return _with_shared_resampling(cut).load_audio()
+    except Exception as err:  # any decoder, command or file error
+        source = _first_source(cut)
+        where = str(source.source) if source is not None else str(cut.id)
+        raise UserError(f"{where}: cut {cut.id}: {_audio_problem(source, err)}") from None
+
+
+def _with_shared_resampling(cut: Cut) -> Cut:
+    """``cut`` resampling from :func:`srupp_asr.audio.resampling_rate` as transcription does: a recording at a rate
+    sharing few factors with 16 kHz (22051 Hz) would otherwise get a kernel of gigabytes from lhotse (52 s and 9 GB
+    for 2 s at 16001 Hz, cached for the process's life); common rates, and cuts without such a recording, are
+    returned unchanged."""
+    if isinstance(cut, MixedCut):  # noise mixed in: each track is a cut of its own recording
+        tracks = [fastcopy(track, cut=_with_shared_resampling(track.cut)) for track in cut.tracks]
+        return fastcopy(cut, tracks=tracks)
+    recording = getattr(cut, "recording", None)
+    if recording is None or not recording.transforms:
+        return cut
+    transforms = [_shared_resample(t) for t in recording.transforms]
+    if all(new is old for new, old in zip(transforms, recording.transforms, strict=True)):
+        return cut
+    return fastcopy(cut, recording=fastcopy(recording, transforms=transforms))
+
+
+def _shared_resample(transform: AudioTransform | dict) -> AudioTransform | dict:
+    """A lhotse ``Resample`` transform from the rate transcription resamples from; other transforms as they are."""
+    parsed = AudioTransform.from_dict(transform) if isinstance(transform, dict) else transform
+    if not isinstance(parsed, Resample):
+        return transform
+    source, target = parsed.source_sampling_rate, parsed.target_sampling_rate
+    used = resampling_rate(source, target)
+    return transform if used == source else Resample(source_sampling_rate=used, target_sampling_rate=target)
+
+
+def _file_sources(cut: Cut) -> Iterator[str]:
+    """The paths of a cut's ``file`` audio sources (a MixedCut's tracks' too)."""
+    if isinstance(cut, MixedCut):
+        for track in cut.tracks:
+            yield from _file_sources(track.cut)
+        return
+    for source in getattr(getattr(cut, "recording", None), "sources", None) or []:
+        if source.type == "file" and isinstance(source.source, str):
+            yield source.source
+
+
+def _first_source(cut: Cut):
+    """The first audio source of a cut's recording (None for a cut without one, e.g. a MixedCut)."""
+    sources = getattr(getattr(cut, "recording", None), "sources", None) or []
+    return sources[0] if sources else None
+
+
+def _audio_problem(source, err: Exception) -> str:
+    """One line for a lhotse audio error, which lists every backend's failure and dumps the cut on more lines."""
+    if source is not None and source.type == "file" and not os.path.exists(source.source):
+        return "audio file not found"
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    # lhotse's AudioLoadingError: "Exception #0 (<backend>): <class ...>: what the first backend said"
+    detail = next((line.split(">: ", 1)[-1] for line in lines if line.startswith("Exception #0")), None)
+    detail = detail or (lines[0] if lines else type(err).__name__)
+    if len(detail) > 200:
+        detail = detail[:200] + "..."
+    return f"cannot load its audio ({detail})"
+
+
+def save_cuts(cuts: Iterable[Cut], path: str | os.PathLike) -> None:
+    """Write ``cuts`` to a ``.jsonl.gz`` (or ``.jsonl``) manifest atomically; the bytes depend on the cuts
+    only (the gzip header carries no time stamp or file name), so equal cut sets give identical files."""
+    path = Path(path)
+    if not path.name.endswith(CUT_SUFFIXES):
+        raise UserError(f"{path}: cut manifests are written as .jsonl.gz (or .jsonl)")
+    with atomic_output(path) as tmp, open(tmp, "wb") as raw:
+        out = gzip.GzipFile("", "wb", 9, raw, mtime=0) if path.name.endswith(".gz") else raw
+        with out:
+            for cut in cuts:
+                out.write((json.dumps(cut.to_dict(), ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def cut_text(cut: Cut) -> str:
+    """The normalised transcript of ``cut``: its supervisions' texts in time order."""
+    sups = sorted(cut.supervisions, key=lambda s: s.start)
+    return normalize_text(" ".join(s.text for s in sups if s.text))

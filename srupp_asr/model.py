@@ -99,6 +99,11 @@ class ASRModel(nn.Module):
         """Load global CMVN stats (from :func:`srupp_asr.frontend.load_cmvn`) into the model's buffers."""
         self.cmvn.set_stats(mean, std)
 
+    @property
+    def frame_shift(self) -> float:
+        """Seconds per encoder frame: the filterbank's frame shift times the subsampling factor (0.04 s at x4)."""
+        return self.fbank.frame_shift * self.subsampling.factor
+
     def num_params(self) -> int:
         """Number of parameters (elements), shared ones counted once."""
         return sum(p.numel() for p in self.parameters())

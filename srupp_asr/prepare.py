@@ -34,9 +34,9 @@ from lhotse import AudioSource, CutSet, Recording, SupervisionSegment
 from lhotse.cut import Cut
 from lhotse.utils import fastcopy
 
-from srupp_asr.data import save_cuts
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import make_temp_dir, read_lines
+from srupp_asr.manifest import save_cuts
 
 log = logging.getLogger(__name__)
 

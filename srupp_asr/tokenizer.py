@@ -182,7 +182,7 @@ def _explain_training_error(message: str, vocab_size: int, model_type: str) -> s
 def texts_from_sources(cuts: Sequence[str], text_files: Sequence[str]) -> Iterator[str]:
     """The supervision texts of cut manifests, then the lines of text files (not normalised); unreadable files are
     one-line UserErrors."""
-    from srupp_asr.data import load_cuts
+    from srupp_asr.manifest import load_cuts
 
     for path in cuts:
         for cut in load_cuts(path, lazy=True, allow_command_sources=True):  # texts only: no audio is read

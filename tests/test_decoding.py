@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from srupp_asr.audio import load_audio
-from srupp_asr.decoding import MODES, DecodingOptions, Hypothesis, decode, decode_encoded, frame_shift_seconds
+from srupp_asr.decoding import MODES, DecodingOptions, Hypothesis, decode, decode_encoded
 from srupp_asr.decoding.alignment import align_hypothesis
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
 from srupp_asr.model import SOS_EOS_ID, ASRModel
@@ -217,7 +217,7 @@ def tiny_model(**kwargs) -> ASRModel:
 @pytest.mark.parametrize(("subsampling", "seconds"), [(4, 0.04), (6, 0.06), (8, 0.08)])
 def test_frame_shift_follows_the_models_subsampling(subsampling: int, seconds: float) -> None:
     """10 ms filterbank frames times the subsampling factor."""
-    assert frame_shift_seconds(tiny_model(subsampling=subsampling)) == pytest.approx(seconds)
+    assert tiny_model(subsampling=subsampling).frame_shift == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize(
@@ -260,6 +260,6 @@ def test_cuda_decoding_equals_cpu_decoding(batched, overfit, mode: str) -> None:
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         gpu = decode(model.to("cuda"), tokenizer, audio, lens, options_for(mode))
     model.to("cpu")
-    frames = int(lens.max()) / 16000 / frame_shift_seconds(model)  # encoder frames of the longest utterance
+    frames = int(lens.max()) / 16000 / model.frame_shift  # encoder frames of the longest utterance
     assert [h.tokens for h in gpu] == [h.tokens for h in batched[mode]]
     assert [h.score for h in gpu] == pytest.approx([h.score for h in batched[mode]], rel=1e-5, abs=1e-5 * frames)

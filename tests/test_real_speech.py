@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from srupp_asr.data import load_cuts, save_cuts
+from srupp_asr.manifest import load_cuts, save_cuts
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 ROOT = BENCH.parent

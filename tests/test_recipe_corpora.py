@@ -24,9 +24,10 @@ import yaml
 from lhotse import AudioSource, MonoCut, Recording
 
 from srupp_asr.audio import SAMPLE_RATE, load_audio
-from srupp_asr.corpora import normalize_tedlium_text, scored_hypothesis
-from srupp_asr.data import load_cuts
+from srupp_asr.corpora import normalize_tedlium_text
+from srupp_asr.manifest import load_cuts
 from srupp_asr.model_dir import load_model
+from srupp_asr.scoring.talks import scored_hypothesis
 
 ROOT = Path(__file__).resolve().parent.parent
 ESPEAK = shutil.which("espeak-ng")

@@ -18,7 +18,7 @@ from srupp_asr.errors import UserError
 from srupp_asr.scoring import align as align_mod
 from srupp_asr.scoring.align import COST_DEL, COST_INS, COST_SUB, Counts, align, align_batch, char_tokens
 from srupp_asr.scoring.analysis import length_bucket, score_transcripts
-from srupp_asr.scoring.formats import Transcript, read_transcripts, read_utt2spk, trn_line
+from srupp_asr.scoring.formats import UtteranceText, read_transcripts, read_utt2spk, trn_line
 from srupp_asr.scoring.plots import read_metrics_csv
 from srupp_asr.scoring.report import ReportInfo, pralign_block, results_md, write_report
 from srupp_asr.scoring.score import score
@@ -148,7 +148,7 @@ def test_totals_equal_jiwer_wer_when_edits_are_isolated():
         refs.append(" ".join(ref))
         hyps.append(" ".join(hyp))
     result = score_transcripts(
-        [Transcript(str(i), r) for i, r in enumerate(refs)], [Transcript(str(i), h) for i, h in enumerate(hyps)]
+        [UtteranceText(str(i), r) for i, r in enumerate(refs)], [UtteranceText(str(i), h) for i, h in enumerate(hyps)]
     )
     out = jiwer.process_words(refs, hyps)
     total = result.total("WER")
@@ -173,19 +173,22 @@ def test_reads_kaldi_trn_and_jsonl_with_speakers(tmp_path):
     kaldi = write(tmp_path / "text", "u1 Hello  there\n\nu2\n")
     trn = write(tmp_path / "hyp.trn", "hello there (spk1-u1)\n (spk_2-u2)\n")
     jsonl = write(tmp_path / "h.jsonl", '{"id": "u1", "text": "hi", "speaker": "s"}\n{"utt_id": "u2", "text": ""}\n')
-    assert read_transcripts(kaldi) == [Transcript("u1", "Hello there"), Transcript("u2", "")]
-    assert read_transcripts(trn) == [Transcript("spk1-u1", "hello there", "spk1"), Transcript("spk_2-u2", "", "spk_2")]
-    assert read_transcripts(jsonl) == [Transcript("u1", "hi", "s"), Transcript("u2", "")]
+    assert read_transcripts(kaldi) == [UtteranceText("u1", "Hello there"), UtteranceText("u2", "")]
+    assert read_transcripts(trn) == [
+        UtteranceText("spk1-u1", "hello there", "spk1"),
+        UtteranceText("spk_2-u2", "", "spk_2"),
+    ]
+    assert read_transcripts(jsonl) == [UtteranceText("u1", "hi", "s"), UtteranceText("u2", "")]
     # auto-detection by content when the name says nothing
     assert read_transcripts(write(tmp_path / "a", "x y (s-1)\n"))[0].speaker == "s"
     assert read_transcripts(write(tmp_path / "b", '{"id": "1", "text": "x"}\n'))[0].text == "x"
-    assert read_transcripts(write(tmp_path / "c", "x (y)\n"), fmt="kaldi") == [Transcript("x", "(y)")]
+    assert read_transcripts(write(tmp_path / "c", "x (y)\n"), fmt="kaldi") == [UtteranceText("x", "(y)")]
 
 
 def test_trn_lines_round_trip_with_the_speaker_prefix():
-    assert trn_line(Transcript("u1", "a b", "spk")) == "a b (spk-u1)"
-    assert trn_line(Transcript("spk-u1", "", "spk")) == "(spk-u1)"
-    assert trn_line(Transcript("u1", "a", None)) == "a (u1)"
+    assert trn_line(UtteranceText("u1", "a b", "spk")) == "a b (spk-u1)"
+    assert trn_line(UtteranceText("spk-u1", "", "spk")) == "(spk-u1)"
+    assert trn_line(UtteranceText("u1", "a", None)) == "a (u1)"
 
 
 @pytest.mark.parametrize(
@@ -222,8 +225,8 @@ def test_missing_file_and_bad_utt2spk_are_user_errors(tmp_path):
 
 
 def test_missing_hypotheses_are_empty_and_extra_ones_ignored():
-    refs = [Transcript("u1", "Hello, World!"), Transcript("u2", "good morning")]
-    hyps = [Transcript("u1", "hello world"), Transcript("u3", "stray")]
+    refs = [UtteranceText("u1", "Hello, World!"), UtteranceText("u2", "good morning")]
+    hyps = [UtteranceText("u1", "hello world"), UtteranceText("u3", "stray")]
     result = score_transcripts(refs, hyps)
     assert result.missing == ["u2"] and result.extra == ["u3"]
     assert result.utterances[0].ref == "hello world"  # normalised as in training
@@ -233,8 +236,8 @@ def test_missing_hypotheses_are_empty_and_extra_ones_ignored():
 
 
 def test_speakers_come_from_utt2spk_then_the_files():
-    refs = [Transcript("u1", "a", None), Transcript("s2-u2", "b", "s2"), Transcript("u3", "c", None)]
-    hyps = [Transcript("u1", "a", "from_hyp"), Transcript("s2-u2", "x"), Transcript("u3", "c")]
+    refs = [UtteranceText("u1", "a", None), UtteranceText("s2-u2", "b", "s2"), UtteranceText("u3", "c", None)]
+    hyps = [UtteranceText("u1", "a", "from_hyp"), UtteranceText("s2-u2", "x"), UtteranceText("u3", "c")]
     result = score_transcripts(refs, hyps, utt2spk={"u3": "s3"})
     assert [u.speaker for u in result.utterances] == ["from_hyp", "s2", "s3"]
     assert {k: (c.tokens, c.errors) for k, c in result.by_speaker().items()} == {
@@ -246,7 +249,7 @@ def test_breakdowns_count_confusions_deletions_insertions_and_lengths():
     refs = ["the cat sat", "the cat ran away", "a dog", "", " ".join(["w"] * 45)]
     hyps = ["the bat sat", "the bat ran", "a dog barked loudly", "uh", " ".join(["w"] * 45)]
     result = score_transcripts(
-        [Transcript(f"u{i}", r) for i, r in enumerate(refs)], [Transcript(f"u{i}", h) for i, h in enumerate(hyps)]
+        [UtteranceText(f"u{i}", r) for i, r in enumerate(refs)], [UtteranceText(f"u{i}", h) for i, h in enumerate(hyps)]
     )
     assert result.confusions() == [(("cat", "bat"), 2)]
     assert result.deleted() == [("away", 1)]
@@ -263,8 +266,8 @@ def test_breakdowns_count_confusions_deletions_insertions_and_lengths():
 
 
 def small_result():
-    refs = [Transcript("spk1-u1", "a b c d", "spk1"), Transcript("spk2-u2", "你好 世界", "spk2")]
-    hyps = [Transcript("spk1-u1", "a x c d e", "spk1"), Transcript("spk2-u2", "你好", "spk2")]
+    refs = [UtteranceText("spk1-u1", "a b c d", "spk1"), UtteranceText("spk2-u2", "你好 世界", "spk2")]
+    hyps = [UtteranceText("spk1-u1", "a x c d e", "spk1"), UtteranceText("spk2-u2", "你好", "spk2")]
     return score_transcripts(refs, hyps)
 
 

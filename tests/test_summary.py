@@ -10,16 +10,16 @@ import pytest
 from srupp_asr.cli import main
 from srupp_asr.errors import UserError
 from srupp_asr.scoring.analysis import score_transcripts
-from srupp_asr.scoring.formats import Transcript
+from srupp_asr.scoring.formats import UtteranceText
 from srupp_asr.scoring.report import ReportInfo, results_json
 from srupp_asr.scoring.summary import HEADER, summarize, table
 
-REFS = [Transcript("u1", "the cat sat on the mat"), Transcript("u2", "a dog ran")]
+REFS = [UtteranceText("u1", "the cat sat on the mat"), UtteranceText("u2", "a dog ran")]
 
 
 def _report(exp: Path, system: str, name: str, hyps: list[str], details: dict[str, str] | None = None) -> Path:
     """EXP/decode_<system>/<name>/results.json as srupp-asr evaluate / score write it."""
-    result = score_transcripts(REFS, [Transcript(r.utt_id, h) for r, h in zip(REFS, hyps, strict=True)])
+    result = score_transcripts(REFS, [UtteranceText(r.utt_id, h) for r, h in zip(REFS, hyps, strict=True)])
     folder = exp / f"decode_{system}" / name
     folder.mkdir(parents=True)
     (folder / "results.json").write_text(results_json(result, ReportInfo(name, details=details or {})))

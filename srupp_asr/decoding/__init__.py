@@ -5,7 +5,7 @@ over utterances, with token and word timestamps and word confidences from a CTC 
     hyps = decode(model, tokenizer, audio, audio_lens, DecodingOptions(mode="joint", beam=10))
 """
 
-from srupp_asr.decoding.api import decode, decode_encoded, frame_shift_seconds
+from srupp_asr.decoding.api import decode, decode_encoded
 from srupp_asr.decoding.options import MODES, DecodingOptions, Hypothesis, Word
 from srupp_asr.decoding.scorers import Scorer
 
@@ -17,5 +17,4 @@ __all__ = [
     "Word",
     "decode",
     "decode_encoded",
-    "frame_shift_seconds",
 ]

@@ -24,22 +24,15 @@ from collections.abc import Iterator
 
 import torch
 
-from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.decoding.alignment import align_hypothesis
 from srupp_asr.decoding.beam_search import NEG_INF, beam_search
 from srupp_asr.decoding.options import DecodingOptions, Hypothesis
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
 from srupp_asr.decoding.rescoring import attention_scores, lm_scores, rescore
 from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer, LMScorer, Scorer
-from srupp_asr.frontend import HOP_LENGTH
 from srupp_asr.lm import SRUppLM
 from srupp_asr.model import ASRModel, collapse_ctc_paths
 from srupp_asr.tokenizer import Tokenizer
-
-
-def frame_shift_seconds(model: ASRModel) -> float:
-    """Seconds between encoder frames: the 10 ms filterbank shift times the model's subsampling factor."""
-    return HOP_LENGTH / SAMPLE_RATE * model.subsampling.factor
 
 
 def decode(
@@ -79,7 +72,7 @@ def decode_encoded(
             log_probs = log_probs.nan_to_num(nan=NEG_INF, neginf=NEG_INF)
         results = _search(model, enc, enc_lens, log_probs, options, lm if options.lm_weight > 0 else None)
         cpu_log_probs = log_probs.cpu() if log_probs is not None else None
-        shift = frame_shift_seconds(model)
+        shift = model.frame_shift
         out = []
         for b, nbest in enumerate(results):
             frames = int(enc_lens[b])

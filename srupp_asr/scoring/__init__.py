@@ -6,4 +6,5 @@
 - :mod:`~srupp_asr.scoring.report` / :mod:`~srupp_asr.scoring.plots`: ``results.md``, ``report.html``, PNGs;
 - :mod:`~srupp_asr.scoring.score` / :mod:`~srupp_asr.scoring.evaluate`: the ``score`` and ``evaluate`` commands;
 - :mod:`~srupp_asr.scoring.summary`: the ``summarize`` command (a recipe's table of scored test sets).
+- :mod:`~srupp_asr.scoring.talks`: whole-talk transcripts against the talks' references (the long-form test).
 """

@@ -26,7 +26,7 @@ from srupp_asr.scoring.align import (
     char_tokens,
     word_tokens,
 )
-from srupp_asr.scoring.formats import Transcript
+from srupp_asr.scoring.formats import UtteranceText
 from srupp_asr.text import normalize_text
 
 LEVELS = {"WER": "words", "CER": "chars"}  # report name -> UtteranceScore attribute
@@ -134,8 +134,8 @@ def _word_count(text: str) -> int:
 
 
 def score_transcripts(
-    refs: Sequence[Transcript],
-    hyps: Sequence[Transcript],
+    refs: Sequence[UtteranceText],
+    hyps: Sequence[UtteranceText],
     normalize: bool = True,
     utt2spk: dict[str, str] | None = None,
 ) -> ScoreResult:

@@ -29,7 +29,7 @@ MAX_TRANSCRIPT_CHARS = 1_000_000  # one line's (about 150,000 words); longer is 
 
 
 @dataclass(frozen=True)
-class Transcript:
+class UtteranceText:
     """One utterance's text, with its speaker when the file says it."""
 
     utt_id: str
@@ -56,7 +56,7 @@ def speaker_of_trn_id(utt_id: str) -> str | None:
     return None
 
 
-def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "transcript file") -> list[Transcript]:
+def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "transcript file") -> list[UtteranceText]:
     """The transcripts of a Kaldi text / trn / JSON-lines file, in file order (ids unique, file not empty)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown transcript format {fmt!r}; expected one of {FORMATS}")
@@ -65,7 +65,7 @@ def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "tr
     if not numbered:
         raise UserError(f"{path}: {what} holds no transcripts")
     if fmt == "lines":
-        return [Transcript(f"line-{i}", " ".join(line.split())) for i, line in enumerate(lines, start=1)]
+        return [UtteranceText(f"line-{i}", " ".join(line.split())) for i, line in enumerate(lines, start=1)]
     detected = fmt == "auto"
     if detected:
         fmt = detect_format(path, numbered[0][1])
@@ -98,7 +98,7 @@ def read_utt2spk(path: str | os.PathLike) -> dict[str, str]:
     return out
 
 
-def trn_line(item: Transcript) -> str:
+def trn_line(item: UtteranceText) -> str:
     """``text (SPEAKER-UTT_ID)``, the line sclite reads (the speaker prefix only when the id lacks it).
 
     sclite (``-i rm``) takes the speaker up to the first ``-`` of the id, so a ``-`` inside the speaker is
@@ -111,28 +111,28 @@ def trn_line(item: Transcript) -> str:
     return f"{item.text} ({utt_id})" if item.text else f"({utt_id})"
 
 
-def write_trn(path: str | os.PathLike, items: list[Transcript]) -> None:
+def write_trn(path: str | os.PathLike, items: list[UtteranceText]) -> None:
     """Write transcripts as a trn file (atomically)."""
     atomic_write_text(path, "".join(trn_line(t) + "\n" for t in items))
 
 
-def jsonl_text(items: list[Transcript]) -> str:
+def jsonl_text(items: list[UtteranceText]) -> str:
     """Transcripts as JSON lines ``{"id", "speaker", "text"}``."""
     rows = ({"id": t.utt_id, "speaker": t.speaker, "text": t.text} for t in items)
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
 
-def write_jsonl(path: str | os.PathLike, items: list[Transcript]) -> None:
+def write_jsonl(path: str | os.PathLike, items: list[UtteranceText]) -> None:
     """Write transcripts as JSON lines (:func:`jsonl_text`), atomically."""
     atomic_write_text(path, jsonl_text(items))
 
 
-def _parse_kaldi(line: str, where: str) -> Transcript:
+def _parse_kaldi(line: str, where: str) -> UtteranceText:
     utt_id, *text = line.split(maxsplit=1)
-    return Transcript(utt_id, " ".join(text[0].split()) if text else "")
+    return UtteranceText(utt_id, " ".join(text[0].split()) if text else "")
 
 
-def _parse_trn(line: str, where: str) -> Transcript:
+def _parse_trn(line: str, where: str) -> UtteranceText:
     body = line.rstrip()
     start = body.rfind("(")
     if not body.endswith(")") or start < 0:
@@ -140,10 +140,10 @@ def _parse_trn(line: str, where: str) -> Transcript:
     utt_id = body[start + 1 : -1].strip()
     if not utt_id or any(c.isspace() for c in utt_id):
         raise UserError(f"{where}: bad utterance id {utt_id!r} (one word expected)")
-    return Transcript(utt_id, " ".join(body[:start].split()), speaker_of_trn_id(utt_id))
+    return UtteranceText(utt_id, " ".join(body[:start].split()), speaker_of_trn_id(utt_id))
 
 
-def _parse_jsonl(line: str, where: str) -> Transcript:
+def _parse_jsonl(line: str, where: str) -> UtteranceText:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as err:
@@ -159,4 +159,4 @@ def _parse_jsonl(line: str, where: str) -> Transcript:
     speaker = row.get("speaker")
     if speaker is not None and not isinstance(speaker, str):
         raise UserError(f"{where}: field 'speaker' must be a string")
-    return Transcript(row[key].strip(), " ".join(text.split()), speaker or None)
+    return UtteranceText(row[key].strip(), " ".join(text.split()), speaker or None)

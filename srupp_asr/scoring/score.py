@@ -15,7 +15,7 @@ from pathlib import Path
 from srupp_asr.errors import UserError
 from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
 from srupp_asr.scoring.formats import FORMATS, NO_IDS_HINT, read_transcripts, read_utt2spk
-from srupp_asr.scoring.report import WORST, ReportInfo, summary_line, warnings_of, write_report
+from srupp_asr.scoring.report import WORST, ReportInfo, score_line, warnings_of, write_report
 
 
 def dataset_name(path: str | os.PathLike) -> str:
@@ -60,7 +60,7 @@ def print_summary(
     prefix = f"{where}: " if where is not None else ""
     for line in warnings_of(result):
         print(f"warning: {prefix}{line}", file=sys.stderr)
-    print(summary_line(result, name))
+    print(score_line(result, name))
     if out_dir is not None:
         print(f"report: {Path(out_dir) / 'report.html'}", file=sys.stderr)
 

@@ -53,9 +53,9 @@ import soundfile as sf
 from lhotse import AudioSource, MonoCut, Recording, SupervisionSegment
 from tqdm import tqdm
 
-from srupp_asr.data import save_cuts
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output, atomic_write_text, read_text, remove_stale_temps
+from srupp_asr.manifest import save_cuts
 from srupp_asr.synth.augment import SAMPLE_RATE, Variation, apply_variation, draw_variation, variation_settings
 from srupp_asr.synth.splits import HELD_OUT_DONORS, SPLITS, VoiceSplit, describe_splits, split_voices
 from srupp_asr.synth.texts import MAX_WORDS, MIN_WORDS, Sentence, SourceReport, collect_sentences, filter_sentences
