@@ -93,3 +93,52 @@ def test_the_pocketsphinx_comparison_decodes_and_scores_the_test_sets(tmp_path):
 def test_unknown_option_is_refused():
     out = subprocess.run(["bash", str(RUN), "--bogus"], capture_output=True, text=True)
     assert out.returncode == 2 and "unknown option --bogus" in out.stderr
+
+
+BUILTIN = ROOT / "srupp_asr" / "default_model"
+
+
+def test_walkthrough_stages_2_and_3_take_the_built_in_models_cmvn_and_tokenizer(tmp_path):
+    """--size walkthrough fine-tunes the built-in model: its tokenizer (the same ids, the same pieces) and the CMVN
+    statistics its weights hold, which come back as the same float32 buffers; no LM is trained."""
+    import torch
+
+    from srupp_asr.frontend import GlobalCMVN, load_cmvn
+    from srupp_asr.model_dir import read_weights
+
+    data = tmp_path / "data"
+    log = _run("--size", "walkthrough", "--stage", "2", "--stop-stage", "3", "--data", str(data))
+    assert (data / "tokenizer.model").read_bytes() == (BUILTIN / "tokenizer.model").read_bytes()
+    weights = read_weights(BUILTIN)
+    cmvn = GlobalCMVN(num_features=weights["cmvn.mean"].numel())
+    cmvn.set_stats(*load_cmvn(data / "cmvn.json"))
+    assert torch.equal(cmvn.mean, weights["cmvn.mean"].float()) and torch.equal(cmvn.istd, weights["cmvn.istd"].float())
+    assert "the built-in model's CMVN statistics" in log and "--lm false: no language model" in log
+    again = _run("--size", "walkthrough", "--stage", "2", "--stop-stage", "3", "--data", str(data))
+    assert "cmvn.json exists, skipping" in again and "tokenizer.model exists, skipping" in again
+
+
+def test_walkthrough_help_and_a_wrong_size():
+    out = subprocess.run(["bash", str(RUN), "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--size walkthrough" in out.stdout and "conf/walkthrough_cpu.yaml" in out.stdout
+    out = subprocess.run(["bash", str(RUN), "--size", "walk"], capture_output=True, text=True)
+    assert out.returncode == 2 and "--size takes walkthrough, tiny, small or large, got 'walk'" in out.stderr
+
+
+@pytest.mark.slow
+def test_walkthrough_runs_end_to_end_in_10_minutes_and_recognises_its_seen_voices(tmp_path):
+    """The whole walkthrough from nothing (corpus, CMVN, tokenizer, fine-tuning, averaging, scoring): under 10
+    minutes on 2 cores when the machine is not shared, and under 60% WER on the seen voices."""
+    import time
+
+    data, exp = tmp_path / "data", tmp_path / "exp"
+    start = time.monotonic()
+    log = _run("--size", "walkthrough", "--nj", "2", "--data", str(data), "--exp", str(exp))
+    minutes = (time.monotonic() - start) / 60
+    assert "--lm false: no language model" in log and not (exp / "lm").exists()
+    results = json.loads((exp / "decode_joint" / "test_seen" / "results.json").read_text())
+    wer = results["WER"]
+    assert wer["sentences"] == 12 and wer["errors"] / wer["tokens"] < 0.60, wer
+    assert (exp / "model" / "config.yaml").is_file() and (exp / "RESULTS.md").read_text().count("| joint | test_") == 2
+    # 6 minutes measured on a shared 2-core machine (docs/recipes.md); 15 leaves room for a busier one
+    assert minutes < 15, f"{minutes:.1f} minutes"
