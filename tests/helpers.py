@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import pytest
+import soundfile as sf
 import torch
 from lhotse import CutSet
 
+from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.data import ASRDataModule, ASRDataset
 from srupp_asr.lightning_module import ASRLightningModule, word_errors
 
@@ -226,3 +229,24 @@ def write_manifest(path: Path, lines: list) -> Path:
     with gzip.open(path, "wt", encoding="utf-8") as f:
         f.write(text)
     return path
+
+
+def lossy_formats() -> list[tuple[str, str | None, str]]:
+    """(format, subtype, extension) of the lossy codecs this libsndfile writes: Ogg Vorbis, Ogg Opus, MP3."""
+    formats = sf.available_formats()
+    wanted = [("OGG", "VORBIS", "ogg"), ("OGG", "OPUS", "opus"), ("MP3", None, "mp3")]
+    return [(f, s, e) for f, s, e in wanted if f in formats and (s is None or s in sf.available_subtypes(f))]
+
+
+def chirp(seconds: float = 8.0) -> np.ndarray:
+    """A 16 kHz chirp rising from 200 Hz, at 0.3 of full scale."""
+    t = np.arange(round(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    return (0.3 * np.sin(2 * np.pi * (200 + 300 * t) * t)).astype(np.float32)
+
+
+def one_line_error(capsys, command: str) -> str:
+    """The command's single stderr line (``srupp-asr COMMAND: error: ...``), without the prefix."""
+    err = capsys.readouterr().err
+    prefix = f"srupp-asr {command}: error: "
+    assert err.count("\n") == 1 and err.startswith(prefix), err
+    return err[len(prefix) :].rstrip("\n")

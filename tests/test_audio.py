@@ -7,6 +7,9 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import lhotse.augmentation.torchaudio as lhotse_resampling
 import numpy as np
@@ -16,11 +19,21 @@ import torch
 from lhotse import CutSet, Recording, SupervisionSegment
 from lhotse.utils import fastcopy
 
-from srupp_asr.audio import _MAX_KERNEL, SAMPLE_RATE, AudioReader, _kernel_size, load_audio, prepare_waveform
+from srupp_asr.audio import (
+    _MAX_KERNEL,
+    MIN_FILE_RATE,
+    SAMPLE_RATE,
+    AudioReader,
+    _kernel_size,
+    load_audio,
+    prepare_waveform,
+    resampling_rate,
+)
 from srupp_asr.data import ASRDataset
 from srupp_asr.errors import UserError
 from srupp_asr.manifest import load_cut_audio
 from srupp_asr.tokenizer import Tokenizer
+from tests.helpers import chirp, lossy_formats
 
 
 def _tone(freq: float, rate: int, seconds: float, amplitude: float = 0.5) -> np.ndarray:
@@ -401,3 +414,161 @@ def test_wavs_of_every_whole_byte_sample_size_still_load(tmp_path, subtype, fmt)
     signal = 0.1 * np.sin(np.arange(1600) / 5)
     sf.write(path, signal, 16000, subtype=subtype, format=fmt)
     assert np.abs(load_audio(path).numpy() - signal).max() < 0.01
+
+
+# ----------------------------------------------------------------------------------------------------
+# moved from tests/test_reliability_audio.py: the sample-rate guard, MP3 and Ogg specifics (libmpg123's chatter,
+# truncated files), memory while streaming a long file, float files far beyond full scale
+
+
+def test_common_rates_are_resampled_exactly_and_odd_ones_from_a_rate_nearby():
+    common = [8000, 11025, 12000, 16000, 22050, 24000, 32000, 37800, 44056, 44100, 48000, 88200, 96000, 176400, 192000]
+    common += [352800, 384000]
+    assert [resampling_rate(r) for r in common if r != 44056] == [r for r in common if r != 44056]
+    assert abs(resampling_rate(44056) - 44056) <= 10  # 5507/2000 would need an 11 M-element kernel
+    for rate in [8001, 22051, 44101, 47999, 96001, 1_000_003, 2_147_483_647, MIN_FILE_RATE]:
+        used = resampling_rate(rate)
+        # Beyond 10^9 Hz (no device's rate) the nearest multiple of 16 kHz is used, whose kernel grows with the rate.
+        assert _kernel_size(used, SAMPLE_RATE) <= (_MAX_KERNEL if rate < 10**9 else 2 * _MAX_KERNEL)
+        assert abs(used - rate) <= SAMPLE_RATE // 2
+        assert abs(used - rate) / rate < 0.01 or rate < 10 * SAMPLE_RATE
+
+
+def test_an_odd_rate_file_reads_the_same_in_stretches(tmp_path):
+    noise = 0.3 * np.random.default_rng(3).standard_normal(22051 * 3).astype(np.float32)
+    sf.write(tmp_path / "odd.wav", noise, 22051, subtype="FLOAT")
+    whole = load_audio(tmp_path / "odd.wav")
+    assert whole.numel() == -(-len(noise) * SAMPLE_RATE // 22050)
+    with AudioReader(tmp_path / "odd.wav") as reader:
+        for start, end in [(12345, 30000), (100, 5000), (40000, 48100)]:
+            torch.testing.assert_close(reader.read(start, end), whole[start:end], atol=1e-6, rtol=0)
+
+
+def test_libmpg123_chatter_does_not_reach_stderr(tmp_path, capfd):
+    (tmp_path / "junk.mp3").write_bytes(np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8).tobytes())
+    with pytest.raises(UserError) as info:
+        load_audio(tmp_path / "junk.mp3")
+    assert str(info.value) == f"{tmp_path / 'junk.mp3'}: not a readable audio file (no decodable audio stream found)"
+    print("after", file=sys.stderr)  # stderr works again afterwards
+    assert capfd.readouterr().err == "after\n"
+
+
+def test_silencing_stderr_nests_and_is_safe_across_threads(capfd):
+    import threading
+
+    from srupp_asr.audio import _native_stderr_silenced
+
+    def work(i: int) -> None:
+        for _ in range(50):
+            with _native_stderr_silenced(), _native_stderr_silenced(i % 2 == 0):
+                os.write(2, b"chatter\n")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    os.write(2, b"still here\n")  # the real stderr is back, whatever the interleaving
+    assert capfd.readouterr().err == "still here\n"
+
+
+STREAM_SCRIPT = textwrap.dedent(
+    """
+    import resource, sys
+    from srupp_asr.audio import SAMPLE_RATE, AudioReader
+
+    with AudioReader(sys.argv[1]) as reader:
+        blocks = reader.blocks(30 * SAMPLE_RATE)
+        next(blocks)  # the resampler and the first buffers exist
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        total = 30 * SAMPLE_RATE + sum(wav.numel() for _, wav in blocks)
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(total, reader.num_samples, before, after)
+    """
+)
+
+
+def test_a_one_hour_file_is_streamed_in_blocks_with_bounded_memory(tmp_path):
+    rate, seconds = 8000, 3600  # 8 kHz: the reader resamples, reading context around each block
+    path = tmp_path / "hour.wav"
+    minute = (0.1 * np.random.default_rng(0).standard_normal(60 * rate)).astype(np.float32)
+    with sf.SoundFile(path, "w", rate, 1, subtype="PCM_16") as f:  # 55 MiB, written a minute at a time
+        for _ in range(seconds // 60):
+            f.write(minute)
+    done = subprocess.run(
+        [sys.executable, "-c", STREAM_SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    total, expected, before_kb, after_kb = map(int, done.stdout.split())
+    assert total == expected == int(seconds * SAMPLE_RATE)
+    whole_mb = total * 4 / 2**20  # the file read at once at 16 kHz: 220 MiB
+    growth_mb = (after_kb - before_kb) / 1024  # ru_maxrss is in KiB on Linux
+    assert growth_mb < 40 < whole_mb / 5, f"peak RSS grew {growth_mb:.0f} MiB while streaming {whole_mb:.0f} MiB"
+    path.unlink()
+
+
+def _lossy_file(folder: Path, fmt: str, subtype: str | None, ext: str) -> Path:
+    path = folder / f"whole.{ext}"
+    sf.write(path, chirp(), SAMPLE_RATE, format=fmt, subtype=subtype)
+    return path
+
+
+@pytest.mark.parametrize(("fmt", "subtype", "ext"), lossy_formats())
+@pytest.mark.parametrize("kept", [0.5, 0.95])
+def test_a_truncated_ogg_or_mp3_is_one_error_naming_it(tmp_path, fmt, subtype, ext, kept):
+    # libsndfile decodes what is left and says nothing (an Ogg header's length comes from the last page left).
+    data = _lossy_file(tmp_path, fmt, subtype, ext).read_bytes()
+    cut = tmp_path / f"cut.{ext}"
+    cut.write_bytes(data[: int(len(data) * kept)])
+    reason = (
+        "its last Ogg page is cut short"
+        if fmt == "OGG"
+        else f"its header declares {len(data)} bytes of audio, the file holds {int(len(data) * kept)}"
+    )
+    with pytest.raises(UserError) as caught:
+        load_audio(cut)
+    assert str(caught.value) == f"{cut}: not a readable audio file (truncated: {reason})"
+
+
+@pytest.mark.parametrize(("fmt", "subtype", "ext"), [f for f in lossy_formats() if f[0] == "OGG"])
+def test_an_ogg_cut_between_pages_lacks_its_end_of_stream_page(tmp_path, fmt, subtype, ext):
+    data = _lossy_file(tmp_path, fmt, subtype, ext).read_bytes()
+    cut = tmp_path / f"cut.{ext}"
+    cut.write_bytes(data[: data.rfind(b"OggS")])  # whole pages, the last one (end of stream) missing
+    with pytest.raises(UserError, match=r"truncated: its Ogg stream ends without an end-of-stream page\)$"):
+        load_audio(cut)
+
+
+@pytest.mark.parametrize(("fmt", "subtype", "ext"), lossy_formats())
+def test_whole_ogg_and_mp3_files_with_tags_or_trailing_bytes_are_not_called_truncated(tmp_path, fmt, subtype, ext):
+    whole = _lossy_file(tmp_path, fmt, subtype, ext)
+    expected = load_audio(whole)
+    data = whole.read_bytes()
+    variants = {"trailing": data + b"\0" * 300}  # junk after the last Ogg page, or an ID3v1-sized trailer
+    if fmt == "MP3":  # an ID3v2 tag (10-byte header, synchsafe size 300) before the first frame
+        variants["id3v2"] = b"ID3\x04\x00\x00\x00\x00\x02\x2c" + b"\0" * 300 + data
+    for name, content in variants.items():
+        (tmp_path / f"{name}.{ext}").write_bytes(content)
+        torch.testing.assert_close(load_audio(tmp_path / f"{name}.{ext}"), expected)
+    if fmt == "MP3":
+        (tmp_path / f"id3v2_cut.{ext}").write_bytes(variants["id3v2"][: 310 + len(data) // 2])
+        with pytest.raises(UserError, match=f"the file holds {len(data) // 2}\\)$"):
+            load_audio(tmp_path / f"id3v2_cut.{ext}")
+
+
+def test_a_float_file_far_beyond_full_scale_gets_a_level_warning(tmp_path):
+    sf.write(tmp_path / "loud.wav", chirp() * 32768, SAMPLE_RATE, subtype="FLOAT")  # written at int16 scale
+    sf.write(tmp_path / "hot.wav", chirp() * 5, SAMPLE_RATE, subtype="FLOAT")  # 1.5: a modest over, common
+    with AudioReader(tmp_path / "loud.wav") as reader:
+        assert reader.level_warning() is None  # nothing decoded yet
+        assert reader.read(0, reader.num_samples).abs().max() <= 1.0  # clipped as before
+        assert reader.level_warning() == (
+            f"{tmp_path / 'loud.wav'}: its samples reach 9.83e+03 times full scale (audio should lie within +-1); "
+            "clipped, they may give a wrong transcript (a float file written at integer scale?)"
+        )
+    with AudioReader(tmp_path / "hot.wav") as reader:
+        reader.read(0, reader.num_samples)
+        assert reader.level_warning() is None

@@ -13,6 +13,7 @@ from srupp_asr.scoring.analysis import score_transcripts
 from srupp_asr.scoring.formats import UtteranceText
 from srupp_asr.scoring.report import ReportInfo, results_json
 from srupp_asr.scoring.summary import HEADER, summarize, table
+from tests.helpers import one_line_error
 
 REFS = [UtteranceText("u1", "the cat sat on the mat"), UtteranceText("u2", "a dog ran")]
 
@@ -98,3 +99,45 @@ def test_a_corrupt_decode_info_is_an_error_naming_it(exp):
     info.write_text("rtf: 0.5")
     with pytest.raises(UserError, match=f"^{info}: decoding info file is not valid JSON"):
         summarize(exp, ["test"])
+
+
+# ----------------------------------------------------------------------------------------------------
+# moved from tests/test_reliability_commands.py: summarize --sets
+
+
+@pytest.fixture
+def sets_exp(tmp_path: Path) -> Path:
+    sets_exp = tmp_path / "exp"
+    _report(sets_exp, "joint", "test", ["the cat sat on a mat", "a dog ran"])
+    _report(sets_exp, "ctc_greedy", "test", ["the cat sat on the mat", "a dog ran"])
+    _report(sets_exp, "ctc_greedy", "dev", ["the cat sat on the mat", "a dog ran"])
+    return sets_exp
+
+
+def test_summarize_names_the_sets_without_results_and_exits_1(sets_exp, capsys):
+    # was: the set quietly left out of the table, exit 0
+    out = sets_exp / "RESULTS.md"
+    assert main(["summarize", str(sets_exp), "--sets", "dev", "eval", "test", "other", "--out", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"srupp-asr summarize: error: no results.json under {sets_exp}/decode_*/ for 2 of 4 test sets"
+        " (left out of the table): eval other\n"
+    )
+    rows = [line for line in captured.out.splitlines() if line.startswith("| ") and "system" not in line]
+    assert [row.split(" | ")[:2] for row in rows] == [
+        ["| ctc_greedy", "dev"],
+        ["| ctc_greedy", "test"],
+        ["| joint", "test"],
+    ]
+    assert out.read_text().endswith(captured.out)  # the table of the others is still written
+
+
+def test_summarize_a_set_another_system_lacks_is_no_error(sets_exp, capsys):
+    # joint has no dev report, ctc_greedy has one: a row fewer, not a missing set
+    assert main(["summarize", str(sets_exp), "--sets", "test", "dev", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_summarize_a_set_named_twice_is_one_line(sets_exp, capsys):
+    assert main(["summarize", str(sets_exp), "--sets", "test", "dev", "test"]) == 2
+    assert one_line_error(capsys, "summarize") == "--sets: test given twice"

@@ -30,6 +30,7 @@ from srupp_asr.synth.texts import collect_sentences, filter_sentences, split_sen
 from srupp_asr.synth.verbalize import number_words, ordinal_words, verbalize, year_words
 from srupp_asr.synth.voices import VOICES, VOICES_BY_NAME, Voice, voice_problem
 from srupp_asr.text import normalize_text
+from tests.helpers import one_line_error
 
 SPLIT_NAMES = ("train", "dev", "test_seen", "test_unseen")
 SENTENCES = [
@@ -451,3 +452,61 @@ def test_build_without_text_does_not_reuse_a_pool_of_given_sentences(tmp_path, m
     assert sources == {"fortunes"}
     table = (tmp_path / "text" / "sentences.tsv").read_text().splitlines()
     assert table[1].startswith("fortunes-000001\tfortunes\t") and len(table) == 41
+
+
+# ----------------------------------------------------------------------------------------------------
+# moved from tests/test_reliability_commands.py: synth-corpus --text without usable sentences
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("", "no usable sentence (it holds no text)"),
+        ("\n  \n\t\n", "no usable sentence (it holds no text)"),
+        (
+            "hi there\nok\nder Hund bellt laut im Garten\n",
+            "no usable sentence (of its 3 lines: 2 too short, 1 not English; a sentence has 4 to 30 English words)",
+        ),
+    ],
+    ids=["empty", "blank lines", "all filtered out"],
+)
+def test_synth_corpus_text_without_a_usable_sentence_is_one_line_and_makes_no_folder(tmp_path, capsys, content, why):
+    # was: "sentences: no usable sentence (install fortunes-min, ...)", not naming the file, and OUT_DIR left behind
+    text = tmp_path / "sentences.txt"
+    text.write_text(content)
+    out = tmp_path / "corpus"
+    assert main(["synth-corpus", str(out), "--text", str(text), "--size", "tiny"]) == 2
+    assert one_line_error(capsys, "synth-corpus") == f"{text}: {why}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda p: None, "sentence file not found"),
+        (lambda p: p.mkdir(), "is a directory, not a sentence file"),
+        (lambda p: p.write_bytes(b"caf\xe9 au lait is what we drink\n"), "sentence file is not UTF-8 text"),
+    ],
+    ids=["missing", "a folder", "not utf-8"],
+)
+def test_synth_corpus_text_that_cannot_be_read_is_one_line_naming_it(tmp_path, capsys, make, why):
+    text = tmp_path / "sentences.txt"
+    make(text)
+    out = tmp_path / "corpus"
+    assert main(["synth-corpus", str(out), "--text", str(text)]) == 2
+    assert one_line_error(capsys, "synth-corpus").startswith(f"{text}: {why}")
+    assert not out.exists()
+
+
+@pytest.mark.skipif(
+    shutil.which("espeak-ng") is None or shutil.which("sox") is None, reason="needs espeak-ng and sox (its voices)"
+)
+def test_synth_corpus_text_with_too_few_sentences_names_the_file_and_makes_no_folder(tmp_path, capsys):
+    text = tmp_path / "sentences.txt"
+    text.write_text("The cat sat on the mat all day long.\nWe walked to the old mill by the river.\n")
+    out = tmp_path / "corpus"
+    voices = ["--voices", "espeak_en-us", "espeak_en-us_f4"]
+    assert main(["synth-corpus", str(out), "--text", str(text), "--size", "tiny", *voices]) == 2
+    line = one_line_error(capsys, "synth-corpus")
+    assert line.startswith(f"{text}: only 2 left, too few for the test and training sets of this size")
+    assert not out.exists()
