@@ -188,6 +188,7 @@ fi
 
 if runs 4; then
   split_words extra "$train_args"
+  if [ -n "$builtin" ]; then log 4 "fine-tuning the built-in model $builtin (--model.init_from)"; fi
   stage_train 4 "$config" "$manifests/train_cuts.jsonl.gz" "$manifests/dev_cuts.jsonl.gz" "$data/tokenizer.model" \
     "$data/cmvn.json" "$exp" --data.audio_roots "$(json_path_list "$corpus")" "${init_args[@]}" "${extra[@]}"
 fi
