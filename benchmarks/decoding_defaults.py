@@ -12,11 +12,19 @@ a fresh process with ``--threads`` torch threads (default 2), through :func:`sru
   the model load excluded (given apart);
 - peak RSS of the process (``ru_maxrss``).
 
-Modes: ``default`` (``transcribe`` with no ``--decoding``: what a user gets), ``joint``, ``ctc_prefix_beam``.
+Modes: ``default`` (``transcribe`` with no ``--decoding``: what a user gets, with the model directory's own LM
+when it carries one), ``default_no_lm`` (the same with ``--no-lm``), ``joint``, ``ctc_prefix_beam``.
+
+Language model: ``--lm DIR`` fuses DIR in every mode but ``default_no_lm`` (as ``transcribe --lm``), and
+``--lm-weights W ...`` repeats each such mode for each weight (0: no LM; without ``--lm``, the model directory's own
+LM at that weight). ``--sentences FILE`` speaks FILE's lines instead of the benchmark's own sentences: to choose a
+weight on a dev set that is not the benchmark's text (how the built-in model's LM weight was chosen).
 
     python benchmarks/decoding_defaults.py                          # short sentences and 3 min; ~10 min, 2 cores
     python benchmarks/decoding_defaults.py --minutes 3 20 --modes default joint ctc_prefix_beam
     python benchmarks/decoding_defaults.py --minutes 30 120 --modes default --no-short   # memory at length
+    python benchmarks/decoding_defaults.py --modes default default_no_lm                # the shipped LM's effect
+    python benchmarks/decoding_defaults.py --sentences dev.txt --minutes --modes joint --lm LM --lm-weights 0 0.2 0.4
 """
 
 from __future__ import annotations
@@ -61,10 +69,10 @@ SENTENCES = [
 VOICES = [("en-us", 165), ("en-gb", 150), ("en-gb-x-rp", 175), ("en-us", 140), ("en-029", 160)]
 PAUSES = (0.4, 0.7, 1.2)  # seconds of silence after a sentence in a long recording, in turn
 RATE = 16000
-MODES = ("default", "joint", "ctc_prefix_beam")
+MODES = ("default", "default_no_lm", "joint", "ctc_prefix_beam")
 
 
-def speak(folder: Path) -> list[tuple[np.ndarray, str]]:
+def speak(folder: Path, sentences: list[str]) -> list[tuple[np.ndarray, str]]:
     """Each sentence spoken by espeak-ng (voice and rate in turn) as 16 kHz float32 samples, with its text."""
     from srupp_asr.audio import load_audio
 
@@ -72,17 +80,19 @@ def speak(folder: Path) -> list[tuple[np.ndarray, str]]:
     if espeak is None:
         sys.exit("decoding_defaults: espeak-ng is needed to make the audio (apt-get install espeak-ng)")
     spoken = []
-    for i, text in enumerate(SENTENCES):
+    for i, text in enumerate(sentences):
         voice, speed = VOICES[i % len(VOICES)]
         path = folder / f"sentence{i:02d}.wav"
-        subprocess.run([espeak, "-v", voice, "-s", str(speed), "-w", str(path), text], check=True)
+        subprocess.run([espeak, "-v", voice, "-s", str(speed), "-w", str(path), "--", text], check=True)
         spoken.append((load_audio(path).numpy(), text))
     return spoken
 
 
-def make_sets(folder: Path, minutes: list[float], short: bool) -> dict[str, list[tuple[Path, str]]]:
+def make_sets(
+    folder: Path, minutes: list[float], short: bool, sentences: list[str]
+) -> dict[str, list[tuple[Path, str]]]:
     """``{set name: [(audio file, reference text)]}``: ``short`` (one file per sentence) and ``N min`` recordings."""
-    spoken = speak(folder)
+    spoken = speak(folder, sentences)
     sets: dict[str, list[tuple[Path, str]]] = {}
     if short:
         files = []
@@ -107,7 +117,9 @@ def make_sets(folder: Path, minutes: list[float], short: bool) -> dict[str, list
     return sets
 
 
-def run_child(files: list[tuple[Path, str]], mode: str, threads: int, model: str | None) -> dict:
+def run_child(
+    files: list[tuple[Path, str]], mode: str, threads: int, model: str | None, lm: str | None, lm_weight: float | None
+) -> dict:
     """Transcribe ``files`` in this process (the child): WER counts, audio, decoding and load seconds, peak RSS."""
     import torch
 
@@ -118,7 +130,9 @@ def run_child(files: list[tuple[Path, str]], mode: str, threads: int, model: str
 
     torch.set_num_threads(threads)
     begin = time.perf_counter()
-    kwargs = {} if mode == "default" else {"decoding": mode}
+    kwargs: dict = {"no_lm": True} if mode == "default_no_lm" else {"lm": lm, "lm_weight": lm_weight}
+    if mode not in ("default", "default_no_lm"):
+        kwargs["decoding"] = mode
     out = transcribe([str(p) for p, _ in files], model, threads=threads, **kwargs)
     wall = time.perf_counter() - begin
     refs = [UtteranceText(str(p), text) for p, text in files]
@@ -137,6 +151,7 @@ def run_child(files: list[tuple[Path, str]], mode: str, threads: int, model: str
         "load": wall - decoding,
         "decoding_mode": out[0].decoding["mode"] if out else mode,
         "lm_weight": out[0].decoding.get("lm_weight", 0.0) if out else 0.0,
+        "lm": Path(out[0].decoding["lm"]).name if out and out[0].decoding.get("lm") else "",
         "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }
 
@@ -148,22 +163,38 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-short", action="store_true", help="leave out the short sentences")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--model", help="model directory (default: the built-in model)")
+    p.add_argument("--lm", metavar="DIR", help="fuse this LM directory (default: the model directory's own, if any)")
+    p.add_argument("--lm-weights", type=float, nargs="+", metavar="W", help="run each mode at each LM weight")
+    p.add_argument("--sentences", type=Path, metavar="FILE", help="speak these lines instead of the benchmark's")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         spec = json.loads(args.child)
         files = [(Path(a), b) for a, b in spec["files"]]
-        print(json.dumps(run_child(files, spec["mode"], args.threads, args.model)))
+        print(json.dumps(run_child(files, spec["mode"], args.threads, args.model, args.lm, spec["lm_weight"])))
         return
+    sentences = SENTENCES
+    if args.sentences is not None:
+        try:
+            sentences = [line.strip() for line in args.sentences.read_text().splitlines() if line.strip()]
+        except (OSError, UnicodeDecodeError) as err:
+            sys.exit(f"decoding_defaults: {args.sentences}: cannot be read ({err})")
+        if not sentences:
+            sys.exit(f"decoding_defaults: {args.sentences}: holds no sentence")
+    runs = [(mode, None) for mode in args.modes]
+    if args.lm_weights:
+        runs = [(m, w) for m in args.modes for w in ([None] if m == "default_no_lm" else args.lm_weights)]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        sets = make_sets(Path(tmp), args.minutes, not args.no_short)
+        sets = make_sets(Path(tmp), args.minutes, not args.no_short, sentences)
         for name, files in sets.items():
-            for mode in args.modes:
-                spec = json.dumps({"files": [(str(a), b) for a, b in files], "mode": mode})
+            for mode, weight in runs:
+                spec = json.dumps({"files": [(str(a), b) for a, b in files], "mode": mode, "lm_weight": weight})
                 cmd = [sys.executable, __file__, "--child", spec, "--threads", str(args.threads)]
                 if args.model:
                     cmd += ["--model", args.model]
+                if args.lm:
+                    cmd += ["--lm", args.lm]
                 done = subprocess.run(
                     cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONWARNINGS="ignore")
                 )
@@ -171,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
                     rows.append((name, mode, f"failed: {done.stderr.strip().splitlines()[-1:]}"))
                     continue
                 r = json.loads(done.stdout.strip().splitlines()[-1])
-                label = mode if mode != "default" else f"default ({r['decoding_mode']}, lm {r['lm_weight']:g})"
+                lm = f"lm {r['lm']} {r['lm_weight']:g}" if r["lm"] else "no lm"
+                label = f"{mode} ({r['decoding_mode']}, {lm})" if mode.startswith("default") else f"{mode} ({lm})"
                 rows.append((name, label, r))
                 print(name, label, r, file=sys.stderr, flush=True)
     print(f"command: python benchmarks/decoding_defaults.py {' '.join(argv if argv is not None else sys.argv[1:])}")

@@ -366,6 +366,11 @@ def test_the_loaded_api_model_fuses_its_lm_and_keeps_it(shipped) -> None:
 def test_shipped_lm_problems_are_one_line_errors(shipped, tokenizer: Tokenizer, tmp_path: Path, capsys) -> None:
     wav, model_dir = str(shipped["wav"]), shipped["with_lm"]
     base = ["transcribe", wav, "--model", str(model_dir), "--device", "cpu", "--beam", "3", "-q"]
+    assert main(base[:-1]) == 0  # the closing line names the LM fused
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("transcribed 1 file: ") and last.endswith(
+        f"; language model {model_dir / 'lm'} (weight 2; --no-lm: without)"
+    )
     assert main([*base, "--no-lm", "--lm", str(shipped["lm"])]) == 2
     assert (
         capsys.readouterr().err
