@@ -171,3 +171,17 @@ def test_score_takes_plain_line_aligned_text_with_no_ids(capsys, tmp_path):
                     "with one utterance per line and no ids? score it with --no-ids)")  # fmt: skip
     assert main(["score", "--ref", str(ref), "--hyp", str(hyp), "--no-ids"]) == 0
     assert "WER 50.0% " in capsys.readouterr().out
+
+
+def test_score_warns_when_every_hypothesis_is_empty(capsys, tmp_path):
+    """The mark of an undertrained model (evaluate and the recipes' scoring say it too): a warning, exit 0."""
+    ref, hyp = tmp_path / "ref.trn", tmp_path / "hyp.trn"
+    ref.write_text("the cat sat (u1)\na dog (u2)\n")
+    hyp.write_text(" (u1)\n (u2)\n")
+    assert main(["score", "--ref", str(ref), "--hyp", str(hyp), "--out-dir", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "every hypothesis is empty (no words for any of the 2 utterances)" in err
+    assert "every hypothesis is empty" in (tmp_path / "out" / "results.md").read_text()
+    hyp.write_text("the cat (u1)\n (u2)\n")  # one word heard: no such warning
+    assert main(["score", "--ref", str(ref), "--hyp", str(hyp)]) == 0
+    assert "every hypothesis is empty" not in capsys.readouterr().err
