@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import srupp_asr
 from srupp_asr.model_dir import load_model, read_weights, weight_files
@@ -30,6 +31,7 @@ def test_the_shipped_model_is_float16_shards_each_under_the_transfer_limit():
     files = sorted(p.name for p in SHIPPED.iterdir())
     assert files == [
         "config.yaml",
+        "lm",
         "model-00001-of-00003.safetensors",
         "model-00002-of-00003.safetensors",
         "model-00003-of-00003.safetensors",
@@ -45,6 +47,27 @@ def test_the_shipped_model_is_float16_shards_each_under_the_transfer_limit():
     model, tokenizer = load_model(SHIPPED)
     assert 15.5e6 < sum(p.numel() for p in model.parameters()) < 16.1e6
     assert tokenizer.vocab_size == 256
+
+
+def test_the_shipped_model_carries_a_small_float16_lm_with_its_tokenizer_and_weight():
+    from safetensors.torch import load_file
+
+    from srupp_asr.lm import check_same_tokenizer, load_lm, read_fusion_weight
+    from srupp_asr.transcribe import choose_lm
+
+    lm_dir = SHIPPED / "lm"
+    assert sorted(p.name for p in lm_dir.iterdir()) == ["config.yaml", "model.safetensors", "tokenizer.model"]
+    assert sum(p.stat().st_size for p in lm_dir.iterdir()) < 8 * 2**20  # the checkout's size budget
+    assert {t.dtype for t in load_file(lm_dir / "model.safetensors").values()} == {torch.float16}
+    lm, lm_tokenizer = load_lm(lm_dir)
+    assert lm.num_params() < 2_000_000
+    _, tokenizer = load_model(SHIPPED)
+    check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
+    assert read_fusion_weight(lm_dir) == 0.2
+    choice = choose_lm(SHIPPED, "joint")
+    assert (choice.path, choice.weight) == (lm_dir, 0.2)  # fused by default
+    assert choose_lm(SHIPPED, "ctc_greedy").path is None  # greedy takes none and is no error
+    assert "lm" in yaml.safe_load((SHIPPED / "config.yaml").read_text())["source"]  # its data is credited
 
 
 def test_transcribe_uses_the_shipped_model_without_model(monkeypatch, tmp_path):
