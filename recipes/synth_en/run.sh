@@ -27,10 +27,10 @@
 # --config defaults by size: walkthrough -> conf/walkthrough_cpu.yaml, tiny -> conf/tiny_cpu.yaml,
 # small -> conf/synth_en_cpu.yaml, large -> conf/train_srupp.yaml
 #
-# --size walkthrough (under 10 minutes on 2 CPU cores): the tiny corpus, then 3 minutes of fine-tuning of the built-in
+# --size walkthrough (under 10 minutes on 2 CPU cores): the tiny corpus, then one epoch of fine-tuning of the built-in
 # model (srupp_asr/default_model, train fit --model.init_from): stage 2 writes that model's CMVN statistics, stage 3
 # copies its tokenizer (--vocab-size does not apply), and its defaults are --data data/synth_en_walkthrough,
-# --exp exp/synth_en_walkthrough, --num-avg 2, --lm false, --pocketsphinx false and --real-dev none.
+# --exp exp/synth_en_walkthrough, --num-avg 1, --lm false, --pocketsphinx false and --real-dev none.
 set -euo pipefail
 recipe=synth_en
 # shellcheck source=recipes/common/stages.sh
@@ -47,7 +47,7 @@ data=""  # data/synth_en (walkthrough: data/synth_en_walkthrough)
 exp=""  # exp/synth_en (walkthrough: exp/synth_en_walkthrough)
 config=""
 vocab_size=256
-num_avg=""  # 5 (walkthrough: 2)
+num_avg=""  # 5 (walkthrough: 1)
 train_args=""
 average_args=""
 decodings=""  # ctc_greedy joint joint+lm, without joint+lm under --lm false
@@ -71,7 +71,7 @@ parse_options "$@"
 
 # The defaults that depend on --size (an option given on the command line keeps its value).
 if [ "$size" = walkthrough ]; then
-  : "${data:=data/synth_en_walkthrough}" "${exp:=exp/synth_en_walkthrough}" "${num_avg:=2}" "${lm:=false}"
+  : "${data:=data/synth_en_walkthrough}" "${exp:=exp/synth_en_walkthrough}" "${num_avg:=1}" "${lm:=false}"
   : "${pocketsphinx:=false}" "${real_dev:=none}"
 else
   : "${data:=data/synth_en}" "${exp:=exp/synth_en}" "${num_avg:=5}" "${lm:=true}" "${pocketsphinx:=true}"
