@@ -23,8 +23,14 @@ import pytest
 from tests.helpers import OVERFIT, SENTENCES, Corpus, built_once, train_to_zero_wer
 
 TESTS = Path(__file__).resolve().parent
-# Process-level modules still outside tests/process/ (recipe runs): marked ``process`` like those inside it.
-PROCESS_MODULES = {"test_recipe_args.py", "test_recipe_corpora.py", "test_recipe_synth_en.py"}
+# Process-level modules still outside tests/process/ (recipe runs; builds of the CPU extension killed half-way):
+# marked ``process`` like those inside it.
+PROCESS_MODULES = {
+    "test_recipe_args.py",
+    "test_recipe_corpora.py",
+    "test_recipe_synth_en.py",
+    "test_cpu_extension_build.py",
+}
 
 
 # The longest test files, longest first (measured with --durations on 2 cores): they start first, so that under
@@ -40,6 +46,7 @@ LONGEST_FIRST = [
     "test_reliability_audio.py",
     "test_lm_audit.py",
     "test_recipe_args.py",
+    "test_cpu_extension_build.py",
 ]
 
 
