@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("srupp_asr.train", "train a model (LightningCLI: fit, validate, ...; configs in conf/)"),
     "train-lm": ("srupp_asr.lm_train", "train an SRU++ language model on text (for shallow fusion: --lm)"),
     "synth-corpus": ("srupp_asr.synth.corpus", "build an English speech corpus from Debian's offline TTS voices"),
-    "average": ("srupp_asr.export", "average the best checkpoints of a run and export a model directory"),
+    "average": ("srupp_asr.average", "average the best checkpoints of a run and export a model directory"),
     "transcribe": ("srupp_asr.transcribe", "transcribe audio files (txt, json, srt, vtt, tsv; long recordings)"),
     "evaluate": ("srupp_asr.scoring.evaluate", "decode a cut manifest with a model and score it (WER/CER report)"),
     "score": ("srupp_asr.scoring.score", "score hypotheses against references (sclite-compatible counts)"),

@@ -1,9 +1,12 @@
-"""Writing files atomically: a crash or an error leaves either the old file or the new one, never half."""
+"""Writing files atomically: a crash or an error leaves either the old file or the new one, never half (a whole
+directory is swapped in with :func:`replace_dir`)."""
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import ctypes
+import errno
 import functools
 import hashlib
 import os
@@ -11,8 +14,10 @@ import re
 import shutil
 import socket
 import stat
+import sys
 import tempfile
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +90,53 @@ def make_temp_dir(path: str | os.PathLike, tag: str = "tmp") -> Path:
     new = Path(tempfile.mkdtemp(dir=path.parent, prefix=temp_prefix(), suffix=f".{tag}"))
     os.chmod(new, 0o777 & ~_umask())
     return new
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # renameat2(2): paths relative to the working directory; swap the two
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """The C library's ``renameat2`` (Linux), or None where there is none."""
+    if sys.platform != "linux":
+        return None
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    except OSError:
+        return None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the directories ``a`` and ``b`` in one atomic step; False where the system or file system cannot."""
+    rename = _renameat2()
+    if rename is None:
+        return False
+    if rename(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False  # an old kernel, or a file system without the flag: fall back to two renames
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    """Rename directory ``new`` to ``target``. An existing ``target`` is exchanged with ``new`` in one step (Linux),
+    so ``target`` always holds a whole directory, even to a process killed meanwhile, and the old one, now at
+    ``new``'s temporary name, is removed (or swept later); elsewhere it is moved aside first and removed after."""
+    if not target.exists():
+        os.rename(new, target)
+        return
+    if _exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)
+        return
+    old = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
+    os.rename(target, old)
+    try:
+        os.rename(new, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _umask() -> int:

@@ -14,7 +14,7 @@ An LM directory is written like a model directory (:func:`srupp_asr.model_dir.wr
     LM_DIR/tokenizer.model     the tokenizer it was trained with (must be the ASR model's)
 
 A model directory may carry its LM as ``MODEL_DIR/lm/`` (:data:`LM_SUBDIR`, written by ``srupp-asr average --lm``
-or :func:`srupp_asr.export.ship_lm`); its ``config.yaml`` then also holds ``fusion_weight``, the shallow-fusion
+or :func:`srupp_asr.average.ship_lm`); its ``config.yaml`` then also holds ``fusion_weight``, the shallow-fusion
 weight chosen for that ASR model, which ``transcribe`` and ``evaluate`` use by default (:func:`read_fusion_weight`).
 The weight lives beside the LM, not in the model's config, so ``--lm MODEL_DIR/lm`` decodes exactly as the default.
 

@@ -16,22 +16,17 @@ Floating weights may be stored as float16 or bfloat16 (``--dtype``; CMVN stats s
 back into the float32 model.
 
 Writing: :func:`export_model` (a state dict, the model's settings and its tokenizer; ``srupp-asr average`` in
-:mod:`srupp_asr.export` calls it), :func:`write_model_dir`. Reading: :func:`load_model` (inference),
+:mod:`srupp_asr.average` calls it), :func:`write_model_dir`. Reading: :func:`load_model` (inference),
 :func:`initial_weights` (``train fit --model.init_from``), :func:`read_weights`, :func:`build_with_weights` (also
 used for LM directories, :mod:`srupp_asr.lm`). A directory from a stranger is treated as untrusted throughout.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
-import functools
 import json
 import os
 import re
 import shutil
-import sys
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +38,14 @@ import yaml
 from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.checkpoints import load_checkpoint
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import atomic_output, atomic_write_text, make_temp_dir, read_text, read_yaml_mapping
+from srupp_asr.fileio import (
+    atomic_output,
+    atomic_write_text,
+    make_temp_dir,
+    read_text,
+    read_yaml_mapping,
+    replace_dir,
+)
 from srupp_asr.model import ASRModel
 from srupp_asr.tokenizer import Tokenizer
 
@@ -182,7 +184,7 @@ def write_model_dir(
             shutil.copyfile(tokenizer_path, path)
         for name, write in (subdirs or {}).items():
             write(tmp / name)
-        _swap_in(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -242,53 +244,6 @@ def _write_weights(folder: Path, shards: Sequence[Mapping[str, torch.Tensor]]) -
         total = sum(t.nbytes for shard in shards for t in shard.values())
         index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
         atomic_write_text(folder / WEIGHTS_INDEX_FILE, json.dumps(index, indent=2) + "\n")
-
-
-_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # renameat2(2): paths relative to the working directory; swap the two
-
-
-@functools.cache
-def _renameat2() -> Callable[..., int] | None:
-    """The C library's ``renameat2`` (Linux), or None where there is none."""
-    if sys.platform != "linux":
-        return None
-    try:
-        return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-    except OSError:
-        return None
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap the directories ``a`` and ``b`` in one atomic step; False where the system or file system cannot."""
-    rename = _renameat2()
-    if rename is None:
-        return False
-    if rename(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
-        return False  # an old kernel, or a file system without the flag: fall back to two renames
-    raise OSError(err, os.strerror(err), str(b))
-
-
-def _swap_in(new: Path, target: Path) -> None:
-    """Rename directory ``new`` to ``target``. An existing ``target`` is exchanged with ``new`` in one step (Linux),
-    so ``target`` is always a whole model directory, even to a process killed meanwhile, and the old one, now at
-    ``new``'s temporary name, is removed (or swept later); elsewhere it is moved aside first and removed after."""
-    if not target.exists():
-        os.rename(new, target)
-        return
-    if _exchange(new, target):
-        shutil.rmtree(new, ignore_errors=True)
-        return
-    old = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
-    os.rename(target, old)
-    try:
-        os.rename(new, target)
-    except BaseException:
-        os.rename(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_model_config(model_dir: str | os.PathLike) -> dict[str, Any]:

@@ -310,7 +310,7 @@ def shipped(tokenizer: Tokenizer, tmp_path: Path) -> dict[str, Path]:
     import numpy as np
     import soundfile as sf
 
-    from srupp_asr.export import ship_lm
+    from srupp_asr.average import ship_lm
     from srupp_asr.model_dir import export_model
 
     torch.manual_seed(0)

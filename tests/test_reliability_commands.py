@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from srupp_asr.average import average_checkpoints
 from srupp_asr.cli import main
 from srupp_asr.errors import UserError
-from srupp_asr.export import average_checkpoints
 from tests.helpers import one_line_error
-from tests.test_export import seeded_model, tokenizer, write_checkpoint  # noqa: F401 (fixture)
+from tests.test_average import seeded_model, tokenizer, write_checkpoint  # noqa: F401 (fixture)
 
 # ---- corpus score-talks and speed-perturb --------------------------------------------------------------------
 

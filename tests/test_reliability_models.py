@@ -29,7 +29,7 @@ from srupp_asr.model_dir import (
     read_weights,
     write_model_dir,
 )
-from tests.test_export import seeded_model, tokenizer  # noqa: F401 (fixture)
+from tests.test_average import seeded_model, tokenizer  # noqa: F401 (fixture)
 
 
 class RunsCode:

@@ -18,7 +18,7 @@ import pytest
 import soundfile as sf
 
 from srupp_asr.fileio import atomic_output, atomic_write_text, temp_prefix
-from tests.test_export import tokenizer  # noqa: F401 (fixture)
+from tests.test_average import tokenizer  # noqa: F401 (fixture)
 from tests.test_reliability_models import model_dir  # noqa: F401 (fixture)
 
 
