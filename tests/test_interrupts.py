@@ -3,6 +3,7 @@ forked workers; a deferred Ctrl-C."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -57,5 +58,14 @@ def test_a_deferred_ctrl_c_notices_once_raises_the_second_time_and_forked_worker
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=60, capture_output=True, text=True)
+    # The child starts with SIGINT's default action, as from a terminal: a pytest-xdist worker ignores SIGINT, and
+    # an ignored signal stays ignored across exec (Python then installs no handler of its own).
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        timeout=60,
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert proc.returncode == 0, proc.stderr
