@@ -95,8 +95,8 @@ def score_model(
 ) -> tuple[float, float]:
     """(WER %, real-time factor) of ``model`` on ``cuts`` with ``srupp-asr evaluate`` (report in ``out_dir``; a
     report there newer than the model and the cuts, of the same decoding, is reused)."""
+    from srupp_asr.decoding.cli import DEFAULT_DECODING
     from srupp_asr.scoring.evaluate import evaluate
-    from srupp_asr.transcribe import DEFAULT_DECODING
 
     decoding = decoding or DEFAULT_DECODING
     report = out_dir / "results.json"
@@ -287,7 +287,7 @@ def ablation(
 ) -> list[str]:
     """The ablation table: the built-in model, then one fine-tuned row per name in ``rows`` (of
     :data:`ABLATION_ROWS`), each scored on the real dev ``sets`` and the synthetic corpus's test sets."""
-    from srupp_asr.transcribe import default_model_dir
+    from srupp_asr.inputs import default_model_dir
 
     manifests = import_real_sets(real_dev, work / "manifests", tuple(dict.fromkeys([*sets, "speech_commands", "fsdd"])))
     real_train = [manifests[name]["train"] for name in ("speech_commands", "fsdd")]
@@ -361,8 +361,9 @@ def main() -> int:
     rows = [row.name for row in ABLATION_ROWS]
     p.add_argument("--rows", nargs="+", choices=rows, default=list(DEFAULT_ROWS), help="--ablation: rows to run")
     args = p.parse_args()
+    from srupp_asr.decoding.cli import DEFAULT_DECODING
     from srupp_asr.errors import UserError
-    from srupp_asr.transcribe import DEFAULT_DECODING, default_model_dir
+    from srupp_asr.inputs import default_model_dir
 
     try:
         real_dev = find_real_dev(args.real_dev)

@@ -53,8 +53,9 @@ class Model:
     def load(cls, name_or_dir: str | os.PathLike[str] | None = None, device: str = "auto") -> Model:
         """Load ``name_or_dir`` (a model directory, or None / ``"default"`` for the built-in model) on ``device``
         (``cpu``, ``cuda``, ``cuda:1`` or ``auto``); a UserError naming the problem when it cannot be loaded."""
+        from srupp_asr.decoding.cli import resolve_device
+        from srupp_asr.inputs import default_model_dir
         from srupp_asr.model_dir import load_model as load_model_dir
-        from srupp_asr.transcribe import default_model_dir, resolve_device
 
         resolved = resolve_device(device)
         if name_or_dir is None or str(name_or_dir) in BUILTIN_NAMES:
@@ -97,7 +98,7 @@ class Model:
 
     def fusion_lm(self, lm_dir: str | os.PathLike[str]) -> SRUppLM:
         """The LM of ``lm_dir`` on this model's device, checked to share its tokenizer; loaded once per directory."""
-        from srupp_asr.transcribe import load_fusion_lm
+        from srupp_asr.decoding.cli import load_fusion_lm
 
         key = Path(lm_dir).resolve()
         if key not in self._lms:

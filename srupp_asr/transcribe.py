@@ -17,7 +17,8 @@ at once):
 
 A file that cannot be read (missing, empty, not audio, truncated) is reported through ``on_error`` with a
 one-line reason and the others are still transcribed. Module-level imports stay light (no torch), so
-``srupp-asr transcribe --help`` starts fast and ``srupp_asr`` can export :func:`transcribe`.
+``srupp-asr transcribe --help`` starts fast and ``srupp_asr`` can export :func:`transcribe`. The inputs are found
+by :mod:`srupp_asr.inputs`; the decoding settings and their arguments are :mod:`srupp_asr.decoding.cli`'s.
 """
 
 from __future__ import annotations
@@ -29,13 +30,20 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srupp_asr.decoding.cli import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DECODING,
+    add_decoding_arguments,
+    check_lm_flags,
+    choose_lm,
+    decoding_options,
+)
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import MAX_LIST_BYTES, read_lines
+from srupp_asr.inputs import default_model_candidates, find_inputs
 from srupp_asr.writers import (
     FORMATS,
     MAX_SEGMENT_WORDS,
@@ -68,14 +76,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL_ENV = "SRUPP_ASR_DEFAULT_MODEL"
-# srupp_asr.decoding.MODES, spelled out so that --help does not import torch (a test keeps them equal)
-DECODING_MODES = ("ctc_greedy", "ctc_prefix_beam", "joint", "rescoring")
-DEFAULT_DECODING = "joint"  # the most accurate mode; long recordings are cut at pauses into pieces for it
-DEFAULT_BATCH_SIZE = 8
-# with --lm and no --lm-weight, when the LM directory records no weight of its own (a model directory's lm/ does;
-# ESPnet's LibriSpeech recipes use 0.3-0.6)
-DEFAULT_LM_WEIGHT = 0.3
 MAX_CHUNK_SECONDS = 600.0  # the most audio decoded at once (a whole file, a chunk or a padded batch)
 # The range of --max-chunk-seconds: shorter chunks hold too little speech to recognise (0.5 s gives garbage, under
 # 25 ms not one feature frame: nothing); 10^9 s is beyond any memory (and inf cannot be counted in samples).
@@ -91,114 +91,6 @@ VAD_BLOCK_SECONDS = 30.0  # the VAD reads the recording in blocks of this length
 ENGLISH = ("en", "english")
 # The bar counts seconds of audio; its rate is audio seconds per wall second (the inverse real-time factor).
 PROGRESS = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of audio [{elapsed}<{remaining}, {rate_fmt}]"
-
-
-# ------------------------------------------------------------------------------------------ finding things
-
-
-def default_model_candidates() -> list[Path]:
-    """Where the built-in default model is looked for, in order: ``$SRUPP_ASR_DEFAULT_MODEL``, the model shipped in
-    the package (``srupp_asr/default_model``, trained on a GPU by ``recipes/synth_en/local/device_run.sh``),
-    the offline recipe's ``exp/synth_en/model`` beside the package, ``~/.cache/srupp-asr/default_model``."""
-    env = os.environ.get(DEFAULT_MODEL_ENV)
-    if env:
-        return [Path(env)]  # an explicit choice: no falling back to another model
-    package_dir = Path(__file__).resolve().parent
-    return [
-        package_dir / "default_model",
-        package_dir.parent / "exp" / "synth_en" / "model",
-        Path.home() / ".cache" / "srupp-asr" / "default_model",
-    ]
-
-
-def default_model_dir() -> Path:
-    """The built-in default model directory; a UserError saying how to build one when there is none (never a
-    download)."""
-    candidates = default_model_candidates()
-    for path in candidates:
-        if (path / "config.yaml").is_file():
-            return path
-    where = ", ".join(str(p) for p in candidates)
-    raise UserError(
-        f"no model given (--model DIR) and no default model found (looked in {where}); build one offline with "
-        "`make demo` or `recipes/synth_en/run.sh`, or set $" + DEFAULT_MODEL_ENV
-    )
-
-
-def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
-    """The audio files named by ``inputs``, in a fixed order, and one-line problems for inputs that name none
-    (a directory without audio, a ``@LIST`` that cannot be read: the other inputs still count).
-
-    An input is a file (taken as it is, whatever its name), a directory (searched recursively for audio file
-    names, sorted, hidden entries skipped) or ``@LIST``, a text file of inputs, one per line (blank lines and
-    ``#`` comments skipped; relative paths are relative to the current directory, as on the command line).
-    A file named twice, or reached twice through symbolic links, is transcribed once; links to directories met
-    inside a directory are not followed, so a link loop ends the search.
-    """
-    from srupp_asr.audio import AUDIO_EXTENSIONS
-
-    files: list[str] = []
-    problems: list[str] = []
-    seen: set[str] = set()
-
-    def add(path: str) -> None:
-        key = os.path.realpath(path)
-        if key not in seen:
-            seen.add(key)
-            files.append(path)
-
-    for entry in _expand_lists(inputs, problems):
-        if os.path.isdir(entry):
-            found = [path for path in _walk_sorted(entry) if path.lower().endswith(AUDIO_EXTENSIONS)]
-            if not found:
-                problems.append(f"{entry}: no audio files ({', '.join(AUDIO_EXTENSIONS)}) in this directory")
-            for path in found:
-                add(path)
-        else:
-            add(entry)  # a missing or unreadable file is reported when it is opened
-    return files, problems
-
-
-def _expand_lists(inputs: Sequence[str | os.PathLike[str]], problems: list[str]) -> Iterator[str]:
-    """``inputs`` with each ``@LIST`` replaced by its entries; a list that cannot be read adds its one-line problem
-    to ``problems`` and nothing else."""
-    for item in inputs:
-        entry = os.fspath(item)
-        if entry.startswith("@") and len(entry) > 1:
-            try:
-                # A byte-order mark (Notepad) is not in a file name; /dev/zero must end in a bound, not a MemoryError.
-                lines = read_lines(entry[1:], "list file", max_bytes=MAX_LIST_BYTES)
-            except UserError as err:
-                problems.append(str(err))
-                continue
-            for line in lines:
-                line = line.strip()
-                if line and not line.startswith("#"):
-                    yield line
-        else:
-            yield entry
-
-
-def _walk_sorted(folder: str) -> list[str]:
-    """Files under ``folder`` (hidden entries skipped), sorted by their path components below it."""
-    found = []
-    for root, dirs, names in os.walk(folder):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        found += [os.path.join(root, name) for name in names if not name.startswith(".")]
-    return sorted(found, key=lambda path: Path(os.path.relpath(path, folder)).parts)
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``; ``cuda`` without one is a UserError."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device {device}: no CUDA device is available here (use --device cpu)")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise UserError(f"--device {device}: unknown device (choose cpu, cuda or auto)")
-    return device
 
 
 # ------------------------------------------------------------------------------------------ the work
@@ -728,129 +620,6 @@ def summary_line(
         + (f": decoding {decode_seconds:.1f} s," if decode_seconds is not None else ",")
         + f" real-time factor {rtf}"
     )
-
-
-def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
-    """Options shared by ``transcribe`` and ``evaluate``: device, batch size and the decoding settings."""
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
-    p.add_argument(
-        "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"{batch_help} (default {DEFAULT_BATCH_SIZE})"
-    )
-    modes_help = f"decoding mode (default {DEFAULT_DECODING})"
-    p.add_argument("--decoding", default=DEFAULT_DECODING, choices=DECODING_MODES, help=modes_help)
-    p.add_argument("--beam", "--beam_size", type=int, help="beam size of the beam modes (default 10)")
-    p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
-    p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
-    p.add_argument(
-        "--lm",
-        metavar="DIR",
-        help="SRU++ LM directory (srupp-asr train-lm) for shallow fusion (default: the model directory's lm/, if any)",
-    )
-    p.add_argument(
-        "--lm-weight",
-        type=float,
-        help="weight of the LM's log-probability; 0: no LM (default: the weight stored with the LM, else "
-        f"{DEFAULT_LM_WEIGHT})",
-    )
-    p.add_argument("--no-lm", action="store_true", help="decode without a language model (not the model's lm/ either)")
-
-
-def decoding_options(
-    decoding: str,
-    beam: int | None = None,
-    ctc_weight: float | None = None,
-    length_penalty: float | None = None,
-    lm: str | os.PathLike[str] | None = None,
-    lm_weight: float | None = None,
-) -> DecodingOptions:
-    """:class:`srupp_asr.decoding.DecodingOptions` from the command-line values (None: the default; with an
-    ``lm``, ``lm_weight`` defaults to :data:`DEFAULT_LM_WEIGHT`); a bad value is a one-line UserError. ``lm`` is
-    the LM to be fused (see :func:`choose_lm`), not yet the model directory's own."""
-    from srupp_asr.decoding import DecodingOptions
-
-    if lm_weight and lm is None:
-        raise UserError("decoding options: --lm-weight needs --lm (an LM directory)")
-    if lm is None:
-        lm_weight = None
-    elif lm_weight is None:
-        lm_weight = DEFAULT_LM_WEIGHT
-    given = {"beam": beam, "ctc_weight": ctc_weight, "length_penalty": length_penalty, "lm_weight": lm_weight}
-    try:
-        return DecodingOptions(mode=decoding, **{k: v for k, v in given.items() if v is not None})
-    except ValueError as err:
-        raise UserError(f"decoding options: {err}") from None
-
-
-def check_lm_flags(lm: str | os.PathLike[str] | None, lm_weight: float | None, no_lm: bool) -> None:
-    """A one-line UserError for LM settings that contradict each other or a bad weight (before any work)."""
-    if lm_weight is not None and not (
-        isinstance(lm_weight, int | float) and math.isfinite(lm_weight) and lm_weight >= 0
-    ):
-        raise UserError(f"decoding options: lm_weight must be a finite number >= 0, got {lm_weight!r}")
-    if no_lm and lm is not None:
-        raise UserError("decoding options: --no-lm and --lm contradict each other")
-    if no_lm and lm_weight:
-        raise UserError(f"decoding options: --no-lm and --lm-weight {lm_weight:g} contradict each other")
-
-
-@dataclass(frozen=True)
-class LMChoice:
-    """The LM decoding fuses (``path``, None: none) with ``weight``, and where it came from (``origin``)."""
-
-    path: Path | None
-    weight: float | None
-    origin: str
-
-    def describe(self) -> str:
-        """One line for the log: which LM and why."""
-        if self.path is None:
-            return f"decoding without a language model ({self.origin})"
-        return f"fusing the language model {self.path} with weight {self.weight:g} ({self.origin})"
-
-
-def choose_lm(
-    model_dir: str | os.PathLike[str],
-    decoding: str,
-    lm: str | os.PathLike[str] | None = None,
-    lm_weight: float | None = None,
-    no_lm: bool = False,
-) -> LMChoice:
-    """Which LM to fuse, and with what weight: ``lm`` when given, else the model directory's own ``lm/``; its weight
-    ``lm_weight`` when given, else the one recorded in the LM's config.yaml (the model directory's LM always has
-    one), else :data:`DEFAULT_LM_WEIGHT`. ``no_lm`` or a weight of 0: none. ``ctc_greedy`` ignores the model's own
-    LM (it takes none) unless a weight is asked for, which :func:`decoding_options` then refuses, as it refuses
-    ``lm`` with ``ctc_greedy``."""
-    from srupp_asr.lm import LM_SUBDIR, read_fusion_weight
-
-    check_lm_flags(lm, lm_weight, no_lm)
-    if no_lm:
-        return LMChoice(None, None, "--no-lm")
-    if lm is not None:
-        path, origin = Path(lm), "--lm"
-    else:
-        path, origin = Path(model_dir) / LM_SUBDIR, f"the model directory's, {LM_SUBDIR}/"
-        if not os.path.lexists(path):
-            if lm_weight:
-                raise UserError(
-                    f"decoding options: --lm-weight needs --lm (an LM directory): {model_dir} has no {LM_SUBDIR}/"
-                )
-            return LMChoice(None, None, f"{model_dir} has no {LM_SUBDIR}/")
-        if decoding == "ctc_greedy" and not lm_weight:
-            return LMChoice(None, None, "ctc_greedy takes no LM")
-    weight = lm_weight if lm_weight is not None else read_fusion_weight(path)
-    weight = DEFAULT_LM_WEIGHT if weight is None else weight
-    if weight == 0:
-        return LMChoice(None, None, "fusion weight 0")
-    return LMChoice(path, weight, origin)
-
-
-def load_fusion_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer, device: str) -> SRUppLM:
-    """The LM of ``lm_dir`` on ``device``, checked to use ``tokenizer``'s pieces."""
-    from srupp_asr.lm import check_same_tokenizer, load_lm
-
-    lm, lm_tokenizer = load_lm(lm_dir, device)
-    check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
-    return lm
 
 
 def _builtin_model_text() -> str:

@@ -44,7 +44,7 @@ LONGEST_FIRST = [
     "process/test_training_faults.py",
     "process/test_training_acceptance.py",
     "test_reliability_audio.py",
-    "test_lm_audit.py",
+    "test_lm.py",
     "test_recipe_args.py",
     "test_cpu_extension_build.py",
 ]

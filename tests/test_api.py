@@ -16,7 +16,7 @@ import torchaudio.functional as F
 import srupp_asr
 from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.errors import UserError
-from srupp_asr.transcribe import DEFAULT_MODEL_ENV
+from srupp_asr.inputs import DEFAULT_MODEL_ENV
 from srupp_asr.writers import to_dict
 
 GREEDY = {"decoding": "ctc_greedy"}  # exact on the overfit utterances

@@ -11,7 +11,7 @@ import soundfile as sf
 from srupp_asr.audio import SAMPLE_RATE, AudioReader, load_audio
 from srupp_asr.cli import main
 from srupp_asr.errors import UserError
-from srupp_asr.transcribe import find_inputs
+from srupp_asr.inputs import find_inputs
 
 av = pytest.importorskip("av")
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from srupp_asr.cli import COMMANDS, _subparsers, build_parser, main
-from srupp_asr.transcribe import DEFAULT_MODEL_ENV
+from srupp_asr.inputs import DEFAULT_MODEL_ENV
 
 
 def _parse(command: str, *argv: str):

@@ -11,9 +11,10 @@ import torch
 import yaml
 
 import srupp_asr
+from srupp_asr.inputs import DEFAULT_MODEL_ENV, default_model_dir
 from srupp_asr.model_dir import load_model, read_weights, weight_files
 from srupp_asr.scoring.align import Counts, align_batch, word_tokens
-from srupp_asr.transcribe import DEFAULT_MODEL_ENV, default_model_dir, transcribe
+from srupp_asr.transcribe import transcribe
 
 SHIPPED = Path(srupp_asr.__file__).resolve().parent / "default_model"
 TRANSFER_LIMIT = 16 * 2**20  # each file came back from the GPU machine, whose limit is 16 MiB a file
@@ -52,8 +53,8 @@ def test_the_shipped_model_is_float16_shards_each_under_the_transfer_limit():
 def test_the_shipped_model_carries_a_small_float16_lm_with_its_tokenizer_and_weight():
     from safetensors.torch import load_file
 
+    from srupp_asr.decoding.cli import choose_lm
     from srupp_asr.lm import check_same_tokenizer, load_lm, read_fusion_weight
-    from srupp_asr.transcribe import choose_lm
 
     lm_dir = SHIPPED / "lm"
     assert sorted(p.name for p in lm_dir.iterdir()) == ["config.yaml", "model.safetensors", "tokenizer.model"]

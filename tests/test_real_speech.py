@@ -72,7 +72,7 @@ def test_real_dev_scoring_of_the_built_in_model_is_wer_after_lowercasing_and_dro
     few = [*list(load_cuts(manifests["ljspeech32"]["dev"]))[1:3], *list(load_cuts(manifests["fsdd"]["dev"]))[:2]]
     assert {c.sampling_rate for c in few} == {22050, 8000}  # resampled to 16 kHz on the way in
     save_cuts(few, tmp_path / "few_cuts.jsonl.gz")
-    from srupp_asr.transcribe import default_model_dir
+    from srupp_asr.inputs import default_model_dir
 
     wer, rtf = rs.score_model(default_model_dir(), tmp_path / "few_cuts.jsonl.gz", tmp_path / "out")
     hyps = {h["id"]: h["text"] for h in map(json.loads, (tmp_path / "out" / "hyp.jsonl").read_text().splitlines())}

@@ -36,8 +36,9 @@ from srupp_asr.audio import (
     load_audio,
 )
 from srupp_asr.cli import main
+from srupp_asr.inputs import find_inputs
 from srupp_asr.scoring.align import align, char_tokens
-from srupp_asr.transcribe import find_inputs, printable, transcribe
+from srupp_asr.transcribe import printable, transcribe
 from tests.helpers import lossy_formats
 
 ERROR_PREFIX = "srupp-asr transcribe: error: "

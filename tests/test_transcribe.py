@@ -1,12 +1,22 @@
-"""``srupp-asr transcribe`` end to end on the overfit model: outputs, inputs, bad files, long recordings, the API."""
+"""``srupp-asr transcribe`` end to end on the overfit model: outputs, inputs, bad files, long recordings, the API;
+without a model: usage errors, the summary line, import weight. The last sections check what it writes against
+independent references, as a demanding user would: subtitles read back with independent parsers (``srt``,
+``webvtt-py``), strict JSON, Whisper's TSV layout, and long recordings made of known utterances at known offsets
+decoded in chunks and with the VAD (the built-in model on espeak-ng speech), including recordings at a chunk
+boundary, shorter than one frame and silent."""
 
 from __future__ import annotations
 
+import html
+import io
 import itertools
 import json
+import math
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +26,23 @@ import soundfile as sf
 from srupp_asr.audio import SAMPLE_RATE, load_audio
 from srupp_asr.cli import main
 from srupp_asr.errors import UserError
+from srupp_asr.inputs import DEFAULT_MODEL_ENV
 from srupp_asr.longform import merge_chunk_words, shift_words
-from srupp_asr.transcribe import DEFAULT_MODEL_ENV, transcribe
+from srupp_asr.transcribe import summary_line, transcribe
+from srupp_asr.writers import (
+    FORMATS,
+    Segment,
+    Transcript,
+    segment_words,
+    to_json,
+    to_srt,
+    to_tsv,
+    to_txt,
+    to_vtt,
+    transcript_text,
+    write_transcript,
+)
+from tests.test_writers import W
 
 GREEDY = ["--decoding", "ctc_greedy"]  # exact on the overfit utterances and the fastest mode
 ERROR_LINE = re.compile(r"^srupp-asr transcribe: error: (.+?): (.+)$")
@@ -399,3 +424,480 @@ def test_a_model_that_hears_no_words_anywhere_warns(tmp_path, monkeypatch, capsy
     assert cli_main(["transcribe", "--output_dir", str(tmp_path / "out"), *map(str, paths)]) == 0
     err = capsys.readouterr().err
     assert ("warning: the model emitted no words for any of the 2 file(s)" in err) == warned
+
+
+# ------------------------------------------------------------ without a model: usage errors, the summary, import weight
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "no audio given"),
+        (["a.wav", "-f", "doc"], "unknown output format doc"),
+        (["a.wav", "-f", "txt,srt"], "several output formats need --output-dir"),
+        (["a.wav", "b.wav", "-f", "srt"], "srt for several files needs --output-dir"),
+        (["a.wav", "--batch-size", "0"], "--batch-size must be at least 1"),
+        (["a.wav", "--max-chunk-seconds", "10", "--chunk-overlap", "6"], "--chunk-overlap must be in"),
+        (["a.wav", "--max-chunk-seconds", "inf"], "--max-chunk-seconds must be a number of seconds in [1, 1e+09]"),
+        (["a.wav", "--max-chunk-seconds", "1e308"], "--max-chunk-seconds must be a number of seconds in [1, 1e+09]"),
+        (["a.wav", "--max-chunk-seconds", "nan"], "--max-chunk-seconds must be a number of seconds in [1, 1e+09]"),
+        (["a.wav", "--max-chunk-seconds", "0.001"], "--max-chunk-seconds must be a number of seconds in [1, 1e+09]"),
+        (["a.wav", "--max-chunk-seconds", "0.5"], "got 0.5"),
+        (["a.wav", "--segment-pause", "nan"], "--segment-pause must be a finite number of seconds >= 0, got nan"),
+        (["a.wav", "--segment-pause", "inf"], "--segment-pause must be a finite number of seconds >= 0, got inf"),
+        (["a.wav", "--segment-pause", "-1"], "--segment-pause must be a finite number of seconds >= 0, got -1"),
+        (["a.wav", "--beam", "0"], "beam must be an integer >= 1"),
+        (["a.wav", "--model", "nowhere"], "nowhere: model directory not found"),
+        (["a.wav", "--model", "nowhere", "--device", "tpu"], "unknown device"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(capsys, tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.wav").write_bytes(b"x")
+    (tmp_path / "b.wav").write_bytes(b"x")
+    assert main(["transcribe", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("srupp-asr transcribe: error: ") and err.count("\n") == 1
+    assert message in err
+
+
+def test_summary_line_gives_files_audio_wall_time_and_real_time_factor():
+    assert summary_line(1, 0, 12.34, 2.0) == "transcribed 1 file: 0:12.3 of audio in 2.0 s, real-time factor 0.1621"
+    assert summary_line(3, 2, 3723.4, 60.0) == (
+        "transcribed 3 files (2 failed): 1:02:03.4 of audio in 60.0 s, real-time factor 0.0161"
+    )
+    assert summary_line(0, 1, 0.0, 0.5).endswith("real-time factor -")
+    # With the decoding time: the real-time factor leaves the model load out, which is given apart.
+    assert summary_line(2, 0, 100.0, 14.0, 4.0) == (
+        "transcribed 2 files: 1:40.0 of audio in 14.0 s: decoding 4.0 s, real-time factor 0.0400; "
+        "model load and setup 10.0 s"
+    )
+
+
+def test_importing_transcribe_leaves_torch_and_numpy_unloaded():
+    # `srupp_asr` can export transcribe() and `srupp-asr transcribe --help` starts fast.
+    code = "import sys, srupp_asr.transcribe; print('torch' in sys.modules or 'numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------- against independent references: reading back
+
+
+def _seconds(stamp: str) -> float:
+    hours, minutes, seconds = stamp.replace(",", ".").split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def read_srt(text: str) -> list[tuple[float, float, str]]:
+    """Cues of SubRip ``text`` by the ``srt`` package (strict), checked numbered 1..n in order."""
+    srt = pytest.importorskip("srt", reason="the dev extra srt (an independent SubRip parser) is not installed")
+    subs = list(srt.parse(text, ignore_errors=False))
+    assert [s.index for s in subs] == list(range(1, len(subs) + 1))
+    for line in text.splitlines():
+        if " --> " in line:
+            assert re.fullmatch(r"\d{2,}:\d\d:\d\d,\d{3} --> \d{2,}:\d\d:\d\d,\d{3}", line), line
+    return [(s.start.total_seconds(), s.end.total_seconds(), s.content) for s in subs]
+
+
+def read_vtt(text: str) -> list[tuple[float, float, str]]:
+    """Cues of WebVTT ``text`` by ``webvtt-py``, their text unescaped."""
+    assert text.startswith("WEBVTT\n")
+    for line in text.splitlines():
+        if " --> " in line:
+            assert re.fullmatch(r"\d{2,}:\d\d:\d\d\.\d{3} --> \d{2,}:\d\d:\d\d\.\d{3}", line), line
+    webvtt = pytest.importorskip(
+        "webvtt", reason="the dev extra webvtt-py (an independent WebVTT parser) is not installed"
+    )
+    captions = webvtt.from_buffer(io.StringIO(text)).captions
+    return [(_seconds(c.start), _seconds(c.end), html.unescape(c.text)) for c in captions]
+
+
+def read_tsv(text: str) -> list[tuple[int, int, str]]:
+    lines = text.split("\n")
+    assert lines[0] == "start\tend\ttext" and lines[-1] == ""
+    rows = [line.split("\t") for line in lines[1:-1]]
+    assert all(len(row) == 3 for row in rows), rows
+    return [(int(a), int(b), t) for a, b, t in rows]
+
+
+def strict_json(text: str) -> dict:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def check_cues(cues: list[tuple[float, float, str]]) -> None:
+    """Subtitle cues a player shows as meant: each on screen for a while, in order, one at a time."""
+    for start, end, _ in cues:
+        assert 0 <= start < end, cues
+    for (_, end, _), (start, _, _) in itertools.pairwise(cues):
+        assert end <= start, cues
+
+
+def check_all_formats(t: Transcript) -> None:
+    """Every format of ``t`` reads back with the same segments: the parsers agree with each other and the JSON."""
+    data = strict_json(to_json(t))
+    segments = [s for s in data["segments"] if s["text"].strip()]
+    texts = [" ".join(s["text"].split()) for s in segments]
+    for cues, arrow in ((read_srt(to_srt(t)), "->"), (read_vtt(to_vtt(t)), "-->")):
+        check_cues(cues)
+        assert [c[2] for c in cues] == [text.replace("-->", arrow) for text in texts]  # SubRip has no escapes
+        assert "\n" not in "".join(c[2] for c in cues)
+    rows = read_tsv(to_tsv(t))
+    assert [r[2] for r in rows] == texts
+    assert to_txt(t).splitlines() == [r[2] for r in rows]
+    words = [w for s in data["segments"] for w in s["words"]]
+    for w in words:
+        assert 0 <= w["start"] <= w["end"] <= data["duration"] and 0 <= w["confidence"] <= 1
+    for a, b in itertools.pairwise(words):
+        assert a["end"] <= b["start"], (a, b)
+
+
+def _transcript(words, duration=10.0, max_words=12) -> Transcript:
+    segments = segment_words(words, max_words=max_words, pause=0.8)
+    return Transcript("talk.wav", duration, transcript_text(segments), segments, chunks=[(0.0, duration)])
+
+
+# ------------------------------------------------------------------------------------------ the formats
+
+
+ODD_TEXTS = {
+    "newline": "first\nsecond",
+    "blank line": "first\n\nsecond",
+    "carriage return": "first\rsecond",
+    "crlf": "first\r\n\r\nsecond",
+    "unicode line separator": "first\u2028second",
+    "next line": "first\x85second",
+    "tab": "first\tsecond",
+    "arrow": "a --> b",
+    "markup": "<b>bold</b> & <i>",
+    "entity": "&amp; &lt;",
+    "non-ascii": "naïve café 日本語 🎤",
+    "only digits": "1234",
+}
+
+
+@pytest.mark.parametrize("text", ODD_TEXTS.values(), ids=ODD_TEXTS.keys())
+def test_any_text_reads_back_as_one_cue_per_segment_with_independent_parsers(text):
+    """A word holding a line break (a byte-fallback piece can be one, and the API takes any word) must not end
+    the cue, add a line to the txt or a row to the tsv: every format has one line of text per segment."""
+    t = _transcript([W("before", 0.5, 1.0), W(text, 1.1, 1.9), W("after", 4.0, 4.5)])
+    check_all_formats(t)
+    expected = ["before " + " ".join(text.split()), "after"]
+    assert [c[2] for c in read_srt(to_srt(t))] == [e.replace("-->", "->") for e in expected]
+    assert [c[2] for c in read_vtt(to_vtt(t))] == expected
+    assert strict_json(to_json(t))["segments"][0]["words"][1]["word"] == text  # the JSON keeps the exact text
+
+
+def test_times_over_an_hour_and_over_a_hundred_hours_read_back():
+    words = [W("one", 3723.004, 3724.5), W("two", 100 * 3600 + 1.5, 100 * 3600 + 2.25)]
+    t = _transcript(words, duration=100 * 3600 + 3)
+    check_all_formats(t)
+    expected = [(3723.004, 3724.5), (360001.5, 360002.25)]
+    for cues in (read_srt(to_srt(t)), read_vtt(to_vtt(t))):
+        assert [pytest.approx(c[:2], abs=1e-6) for c in cues] == expected
+    assert [(a, b) for a, b, _ in read_tsv(to_tsv(t))] == [(3723004, 3724500), (360001500, 360002250)]
+
+
+def test_cues_are_never_empty_inverted_or_overlapping():
+    """Segments that a player could not show (zero length once rounded to milliseconds, ending before they start,
+    starting before the previous one ends) still give cues in order, each at least a millisecond long."""
+    segments = [
+        Segment(1.0, 1.0, "zero"),
+        Segment(2.0004, 2.0001, "rounds to zero"),
+        Segment(3.0, 2.5, "inverted"),
+        Segment(4.0, 6.0, "long"),
+        Segment(5.0, 7.0, "overlaps the previous"),
+        Segment(5.5, 5.8, "inside the previous"),
+    ]
+    t = Transcript("talk.wav", 10.0, transcript_text(segments), segments)
+    for cues in (read_srt(to_srt(t)), read_vtt(to_vtt(t))):
+        check_cues(cues)
+        assert [c[2] for c in cues] == [s.text for s in segments]
+        assert cues[0][:2] == (1.0, 1.001) and cues[3][0] == 4.0
+
+
+def test_an_empty_transcript_gives_files_the_parsers_accept():
+    t = Transcript("silence.wav", 30.0, "", [], chunks=[(0.0, 30.0)])
+    assert read_srt(to_srt(t)) == [] and read_vtt(to_vtt(t)) == [] and read_tsv(to_tsv(t)) == []
+    assert to_txt(t) == ""
+    data = strict_json(to_json(t))
+    assert data["segments"] == [] and data["text"] == "" and data["duration"] == 30.0
+
+
+@pytest.mark.parametrize("confidence", [math.nan, math.inf, -math.inf, 1.5, -0.25])
+def test_json_is_strict_whatever_the_confidence(confidence):
+    """``json.dumps`` writes NaN and Infinity by default, which no strict JSON reader takes: a confidence the model
+    could not give (NaN from a broken model, or out of range) is written as a number in [0, 1]."""
+    t = _transcript([W("odd", 0.5, 1.0, confidence), W("fine", 1.1, 1.5, 0.75)])
+    data = strict_json(to_json(t))
+    first, second = data["segments"][0]["words"]
+    assert 0 <= first["confidence"] <= 1 and second["confidence"] == 0.75
+    assert strict_json(to_json(t, indent=None)) == data
+    check_all_formats(t)
+
+
+def test_a_nan_left_in_the_data_is_an_error_not_a_file_json_readers_refuse():
+    t = Transcript("talk.wav", 1.0, "", [], processing_seconds=math.nan)
+    with pytest.raises(ValueError, match="JSON"):
+        to_json(t)
+
+
+def test_json_lines_stay_one_line_whatever_the_file_name_or_text_holds():
+    """JSON writes NEL and the Unicode line and paragraph separators as they are, and ``str.splitlines`` breaks
+    lines at them: a JSON line (several files to stdout) must stay one line."""
+    name = "odd\x85name\u2028.wav"
+    t = Transcript(name, 1.0, "a\u2029b", [Segment(0.0, 1.0, "a\u2029b")])
+    line = to_json(t, indent=None)
+    assert len(line.splitlines()) == 1
+    data = strict_json(line)
+    assert data["audio"] == name and data["text"] == "a\u2029b"
+
+
+def test_tsv_is_whisper_layout_whatever_the_text():
+    t = _transcript([W("tab\there", 0.0004, 0.5), W("new\nline", 0.6, 0.9996), W("x", 5.0, 5.5)])
+    assert to_tsv(t) == "start\tend\ttext\n0\t1000\ttab here new line\n5000\t5500\tx\n"
+
+
+# ------------------------------------------------------------------------------------------ joining chunks
+
+
+def test_merged_chunk_words_are_in_time_order_and_do_not_overlap():
+    """Two neighbours that hear different words where they overlap (a weak model at a chunk edge) must still give
+    words in time order: they are the cues and JSON word times."""
+    # Chunks [0, 12) and [8, 20), midpoint 10: "left" is kept from the first, "right" from the second, but their
+    # spans cross (the copies are not one word: too little shared).
+    first = [W("a", 1.0, 2.0), W("left", 9.2, 9.9)]
+    second = [W("right", 9.7, 10.9), W("b", 15.0, 16.0)]
+    merged = merge_chunk_words([(0.0, 12.0), (8.0, 20.0)], [first, second])
+    assert [w.text for w in merged] == ["a", "left", "right", "b"]
+    for a, b in itertools.pairwise(merged):
+        assert a.start < a.end <= b.start < b.end, merged
+    check_all_formats(_transcript(merged, duration=20.0, max_words=1))
+
+
+def test_words_placed_in_the_leading_silence_of_a_piece_move_to_where_the_sound_starts():
+    """A CTC model trained on utterances that start at once puts the first word of a piece at its first frame,
+    however much silence comes first (the built-in model does): that word is moved to the speech onset."""
+    from srupp_asr.longform import leading_silence, place_after_leading_silence
+
+    rng = np.random.default_rng(0)
+    wav = np.concatenate([np.zeros(SAMPLE_RATE), 0.3 * rng.standard_normal(SAMPLE_RATE // 2)]).astype(np.float32)
+    assert leading_silence(wav, SAMPLE_RATE) == pytest.approx(1.0, abs=0.011)
+    words = [W("we", 0.0, 0.04), W("need", 1.16, 1.36)]
+    moved = place_after_leading_silence(words, leading_silence(wav, SAMPLE_RATE))
+    assert [(w.text, w.start, w.end) for w in moved] == [
+        ("we", pytest.approx(1.0, abs=0.011), pytest.approx(1.04, abs=0.011)),
+        ("need", 1.16, 1.36),
+    ]
+    assert words[0].start == 0.0  # copies: the decoder's words stay as they were
+    # Speech from the start, or a pause shorter than the VAD's: nothing moves.
+    assert leading_silence(wav[SAMPLE_RATE - 3200 :], SAMPLE_RATE) == 0.0
+    assert leading_silence(wav[SAMPLE_RATE:], SAMPLE_RATE) == 0.0
+    assert leading_silence(np.zeros(SAMPLE_RATE, np.float32), SAMPLE_RATE) == 0.0  # all silence: no onset
+    assert place_after_leading_silence(words, 0.0) == words
+    # The model spreads a word from the first frame to where it really ends: it starts at the onset instead.
+    (word,) = place_after_leading_silence([W("please", 0.0, 1.365)], 1.0)
+    assert (word.start, word.end) == (1.0, pytest.approx(1.365))
+    # Two words in the silence, the second running on past the onset: laid out in order, ending where it ended.
+    first, second, third = place_after_leading_silence([W("a", 0.0, 0.04), W("b", 0.04, 1.2), W("c", 1.3, 1.5)], 1.0)
+    assert first.start == 1.0 and first.start < first.end <= second.start < second.end == pytest.approx(1.2)
+    assert (third.start, third.end) == (1.3, 1.5)
+
+
+# ------------------------------------------------------------------------------------------ end to end
+
+# Sentences for the built-in model (tests/test_default_model.py: it recognises espeak-ng speech outside its
+# training text with a few errors); each is decoded alone, then inside one long recording at a known offset.
+SENTENCES = [
+    "please call stella and ask her to bring these things with her from the store",
+    "the weather will be warm and sunny this afternoon",
+    "a good book is the best of friends",
+    "the children walked slowly to the old school",
+    "we need more water for the garden",
+    "she opened the window and looked at the river",
+]
+LEAD, PAUSE = 1.0, 1.5  # seconds of silence before the first sentence and between two sentences
+
+
+@pytest.fixture(scope="module")
+def sentences(synthesize_speech) -> list[np.ndarray]:
+    return [load_audio(synthesize_speech(s, f"audit_{i}.wav")).numpy() for i, s in enumerate(SENTENCES)]
+
+
+@pytest.fixture(scope="module")
+def alone(sentences, tmp_path_factory) -> list[list[str]]:
+    """The built-in model's words for each sentence decoded alone (the reference for the long recording)."""
+    from srupp_asr.transcribe import transcribe
+
+    folder = tmp_path_factory.mktemp("alone")
+    paths = []
+    for i, audio in enumerate(sentences):
+        paths.append(folder / f"s{i}.wav")
+        sf.write(paths[-1], audio, SAMPLE_RATE, subtype="FLOAT")
+    return [t.text.split() for t in transcribe(paths, decoding="ctc_greedy", device="cpu", threads=2)]
+
+
+@pytest.fixture(scope="module")
+def recording(sentences, tmp_path_factory) -> tuple[Path, list[tuple[float, float]]]:
+    """A FLAC of the sentences, ``LEAD`` s of silence first and ``PAUSE`` s between them, and their spans."""
+    silence = np.zeros(round(PAUSE * SAMPLE_RATE), np.float32)
+    parts, spans, pos = [np.zeros(round(LEAD * SAMPLE_RATE), np.float32)], [], round(LEAD * SAMPLE_RATE)
+    for i, audio in enumerate(sentences):
+        if i:
+            parts.append(silence)
+            pos += len(silence)
+        spans.append((pos / SAMPLE_RATE, (pos + len(audio)) / SAMPLE_RATE))
+        parts.append(audio)
+        pos += len(audio)
+    path = tmp_path_factory.mktemp("long") / "long.flac"
+    sf.write(path, np.concatenate(parts), SAMPLE_RATE)
+    return path, spans
+
+
+def _cli(capsys, *argv: str) -> int:
+    code = main(["transcribe", "--decoding", "ctc_greedy", "--device", "cpu", "--threads", "2", "-q", *argv])
+    capsys.readouterr()
+    return code
+
+
+LONG_MODES = {
+    "whole": [],
+    "overlapping chunks": ["--max-chunk-seconds", "4", "--chunk-overlap", "1"],
+    "vad": ["--max-chunk-seconds", "4", "--vad"],
+}
+
+
+@pytest.mark.parametrize("mode", LONG_MODES.values(), ids=LONG_MODES.keys())
+def test_a_long_recording_keeps_every_word_once_at_its_offset(capsys, recording, alone, tmp_path, mode):
+    """Each sentence of the long recording gets as many words as decoded alone (none dropped or doubled at a chunk
+    join), its first word starts within 0.3 s of where the sentence starts, and every output reads back."""
+    path, spans = recording
+    out = tmp_path / "new" / "out"  # made on the way
+    assert _cli(capsys, *mode, "-f", "all", "-o", str(out), str(path)) == 0
+    data = strict_json((out / "long.json").read_text(encoding="utf-8"))
+    words = [w for s in data["segments"] for w in s["words"]]
+    if mode:
+        assert len(data["chunks"]) > 2
+    for k, (start, end) in enumerate(spans):
+        inside = [w for w in words if start - 0.3 <= (w["start"] + w["end"]) / 2 <= end + 0.3]
+        assert len(inside) == len(alone[k]), (k, [w["word"] for w in inside], alone[k])
+        assert abs(inside[0]["start"] - start) <= 0.3, (k, inside[0], start)
+    assert len(words) == sum(len(a) for a in alone)
+    for a, b in itertools.pairwise(words):
+        assert a["end"] <= b["start"], (a, b)
+    assert words[-1]["end"] <= data["duration"]
+    _check_files(out, "long", data)
+
+
+def test_the_vad_decodes_a_speaker_40_db_quieter_and_no_word_in_the_silence_after(capsys, sentences, tmp_path):
+    """A loud sentence, then three sentences 40 dB quieter (wholly below the recording's VAD threshold), then 1 s of
+    silence and a partial 10 ms frame, with --vad and 4 s chunks: the quiet speech gets as many words as decoded
+    alone, and no word comes after it."""
+    # Was: the quiet stretch was one VAD silence, its chunks skipped: 4 of its 27 words were kept; and the last
+    # chunk, pure silence, was decoded (the trailing partial frame kept it out of the silence) and gave "he".
+    gain, gap = 10 ** (-40 / 20), np.zeros(round(0.2 * SAMPLE_RATE), np.float32)
+    quiet = np.concatenate([sentences[1] * gain, gap, sentences[2] * gain, gap, sentences[1] * gain])
+    lead = np.concatenate([np.zeros(SAMPLE_RATE, np.float32), sentences[0], np.zeros(round(1.5 * SAMPLE_RATE))])
+    tail = np.zeros(SAMPLE_RATE + 37, np.float32)
+    sf.write(tmp_path / "quiet.wav", quiet, SAMPLE_RATE, subtype="FLOAT")
+    sf.write(tmp_path / "mixed.wav", np.concatenate([lead, quiet, tail]), SAMPLE_RATE, subtype="FLOAT")
+    out = tmp_path / "out"
+    assert _cli(capsys, "-f", "json", "-o", str(out), str(tmp_path / "quiet.wav")) == 0
+    alone = strict_json((out / "quiet.json").read_text())["text"].split()
+    assert len(alone) >= 20  # the built-in model hears the quiet speech when it is decoded
+    assert (
+        _cli(capsys, "--max-chunk-seconds", "4", "--vad", "-f", "json", "-o", str(out), str(tmp_path / "mixed.wav"))
+        == 0
+    )
+    data = strict_json((out / "mixed.json").read_text())
+    words = [w for s in data["segments"] for w in s["words"]]
+    start, end = len(lead) / SAMPLE_RATE, (len(lead) + len(quiet)) / SAMPLE_RATE
+    heard = [w["word"] for w in words if start - 0.3 <= w["start"] and w["end"] <= end + 0.3]
+    assert abs(len(heard) - len(alone)) <= 2, (heard, alone)
+    assert words[-1]["end"] <= end + 0.3, words[-3:]
+
+
+def _check_files(out: Path, name: str, data: dict) -> None:
+    """The srt, vtt, tsv and txt of ``name`` in ``out`` read back and agree with its JSON ``data``."""
+    segments = [s for s in data["segments"] if s["text"]]
+    texts = [" ".join(s["text"].split()) for s in segments]
+    for cues in (
+        read_srt((out / f"{name}.srt").read_text("utf-8")),
+        read_vtt((out / f"{name}.vtt").read_text("utf-8")),
+    ):
+        check_cues(cues)
+        assert [c[2] for c in cues] == texts
+        assert [c[0] for c in cues] == pytest.approx([s["start"] for s in segments], abs=1e-3)
+    rows = read_tsv((out / f"{name}.tsv").read_text("utf-8"))
+    assert [r[2] for r in rows] == texts
+    for (start, end, _), segment in zip(rows, segments, strict=True):  # the JSON's seconds are rounded too
+        assert abs(start - 1000 * segment["start"]) <= 1 and abs(end - 1000 * segment["end"]) <= 1
+    assert (out / f"{name}.txt").read_text("utf-8").splitlines() == texts
+    raw = (out / f"{name}.srt").read_bytes()
+    assert not raw.startswith(b"\xef\xbb\xbf")  # UTF-8 without a byte-order mark
+    assert not [p for p in os.listdir(out) if p.startswith(".")]  # no temporary file left
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["just under", "exactly", "just over"])
+def test_a_recording_at_the_chunk_budget(capsys, sentences, tmp_path, offset):
+    budget = 2.0
+    samples = round(budget * SAMPLE_RATE) + offset
+    audio = np.concatenate([sentences[2], np.zeros(SAMPLE_RATE, np.float32)])[:samples]
+    path = tmp_path / "edge.wav"
+    sf.write(path, audio, SAMPLE_RATE, subtype="FLOAT")
+    out = tmp_path / "out"
+    assert _cli(capsys, "--max-chunk-seconds", str(budget), "-f", "all", "-o", str(out), str(path)) == 0
+    data = strict_json((out / "edge.json").read_text(encoding="utf-8"))
+    assert len(data["chunks"]) == (2 if offset > 0 else 1)
+    assert data["duration"] == pytest.approx(samples / SAMPLE_RATE, abs=1e-3)
+    assert data["chunks"][-1][1] == pytest.approx(samples / SAMPLE_RATE, abs=1e-3)
+    assert data["text"].split()[:2] == ["a", "good"]
+    _check_files(out, "edge", data)
+
+
+@pytest.mark.parametrize(
+    ("name", "seconds", "extra"),
+    [
+        ("one sample", 1 / SAMPLE_RATE, []),
+        ("shorter than a frame", 0.02, []),
+        ("a long silence in chunks", 15.0, ["--max-chunk-seconds", "4"]),
+        ("a long silence with the vad", 15.0, ["--max-chunk-seconds", "4", "--vad"]),
+    ],
+)
+def test_silence_and_recordings_shorter_than_a_frame_give_valid_empty_outputs(capsys, tmp_path, name, seconds, extra):
+    path = tmp_path / "quiet.wav"
+    sf.write(path, np.zeros(max(1, round(seconds * SAMPLE_RATE)), np.float32), SAMPLE_RATE, subtype="FLOAT")
+    out = tmp_path / "out"
+    assert _cli(capsys, *extra, "-f", "all", "-o", str(out), str(path)) == 0
+    data = strict_json((out / "quiet.json").read_text(encoding="utf-8"))
+    assert data["segments"] == [] and data["text"] == ""
+    assert data["duration"] == pytest.approx(seconds, abs=1e-3)
+    _check_files(out, "quiet", data)
+    assert (out / "quiet.srt").read_text() == "" and (out / "quiet.tsv").read_text() == "start\tend\ttext\n"
+
+
+def test_same_stems_in_one_run_and_folders_get_distinct_outputs(capsys, sentences, tmp_path):
+    """``talk.wav`` and ``talk.flac`` in one run, and ``talk.wav`` in another folder: three sets of outputs, named
+    in input order, in an output folder that did not exist."""
+    (tmp_path / "a").mkdir()
+    inputs = [tmp_path / "talk.wav", tmp_path / "talk.flac", tmp_path / "a" / "talk.wav"]
+    for path, audio in zip(inputs, sentences, strict=False):
+        sf.write(path, audio, SAMPLE_RATE)
+    out = tmp_path / "deep" / "er" / "out"
+    assert _cli(capsys, "-f", "all", "-o", str(out), *map(str, inputs)) == 0
+    assert sorted(os.listdir(out)) == sorted(f"{n}.{f}" for n in ("talk", "talk-2", "talk-3") for f in FORMATS)
+    for name, path in zip(("talk", "talk-2", "talk-3"), inputs, strict=True):
+        assert strict_json((out / f"{name}.json").read_text(encoding="utf-8"))["audio"] == str(path)
+
+
+def test_writing_twice_replaces_the_outputs_whole(tmp_path):
+    long_text = _transcript([W(f"w{i}", i, i + 0.5) for i in range(200)], duration=201.0)
+    short_text = _transcript([W("short", 0.0, 0.5)], duration=1.0)
+    write_transcript(long_text, tmp_path, "talk", list(FORMATS))
+    write_transcript(short_text, tmp_path, "talk", list(FORMATS))
+    assert read_srt((tmp_path / "talk.srt").read_text()) == [(0.0, 0.5, "short")]
+    assert strict_json((tmp_path / "talk.json").read_text())["text"] == "short"
+    assert sorted(os.listdir(tmp_path)) == sorted(f"talk.{f}" for f in FORMATS)

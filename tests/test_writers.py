@@ -263,7 +263,7 @@ def test_an_endless_list_file_ends_at_the_bound_in_one_line_and_the_other_inputs
     import soundfile as sf
 
     from srupp_asr.fileio import MAX_LIST_BYTES
-    from srupp_asr.transcribe import find_inputs
+    from srupp_asr.inputs import find_inputs
 
     sf.write(tmp_path / "a.wav", np.zeros(1600, dtype=np.float32), 16000)
     files, problems = find_inputs(["@/dev/zero", str(tmp_path / "a.wav")])

@@ -3,11 +3,27 @@ over utterances, with token and word timestamps and word confidences from a CTC 
 
     from srupp_asr.decoding import DecodingOptions, decode
     hyps = decode(model, tokenizer, audio, audio_lens, DecodingOptions(mode="joint", beam=10))
+
+The options and their command-line arguments (:mod:`srupp_asr.decoding.options`, :mod:`srupp_asr.decoding.cli`)
+load without torch; the search functions are imported on first use.
 """
 
-from srupp_asr.decoding.api import decode, decode_encoded
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from srupp_asr.decoding.options import MODES, DecodingOptions, Hypothesis, Word
-from srupp_asr.decoding.scorers import Scorer
+
+if TYPE_CHECKING:
+    from srupp_asr.decoding.api import decode, decode_encoded
+    from srupp_asr.decoding.scorers import Scorer
+
+_LAZY = {
+    "decode": "srupp_asr.decoding.api",
+    "decode_encoded": "srupp_asr.decoding.api",
+    "Scorer": "srupp_asr.decoding.scorers",
+}
 
 __all__ = [
     "MODES",
@@ -18,3 +34,9 @@ __all__ = [
     "decode",
     "decode_encoded",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ references are the cuts' supervision texts normalised as training normalises the
 (:func:`srupp_asr.manifest.cut_text`). Cuts are decoded longest first, ``batch_size`` at a time; the report adds
 the decoding speed: audio hours, decoding seconds and the real-time factor (decoding time / audio time; the
 time to read audio files is reported apart). A model directory's own LM (``lm/``) is fused by default, as
-``transcribe`` does (:func:`srupp_asr.transcribe.choose_lm`); the report names the LM and its weight.
+``transcribe`` does (:func:`srupp_asr.decoding.cli.choose_lm`); the report names the LM and its weight.
 """
 
 from __future__ import annotations
@@ -18,22 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from srupp_asr.errors import UserError
-from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
-from srupp_asr.scoring.formats import UtteranceText, jsonl_text
-from srupp_asr.scoring.report import WORST, ReportInfo, write_report
-from srupp_asr.scoring.score import add_report_arguments, print_summary
-from srupp_asr.transcribe import (
+from srupp_asr.decoding.cli import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DECODING,
     add_decoding_arguments,
     check_lm_flags,
     choose_lm,
     decoding_options,
-    default_model_dir,
     load_fusion_lm,
     resolve_device,
 )
+from srupp_asr.errors import UserError
+from srupp_asr.inputs import default_model_dir
+from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
+from srupp_asr.scoring.formats import UtteranceText, jsonl_text
+from srupp_asr.scoring.report import WORST, ReportInfo, write_report
+from srupp_asr.scoring.score import add_report_arguments, print_summary
 
 if TYPE_CHECKING:
     from srupp_asr.decoding import DecodingOptions
