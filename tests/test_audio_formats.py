@@ -140,12 +140,17 @@ def test_directories_find_these_files_and_transcribe_reads_them(encoded, overfit
     folder.mkdir()
     encode(samples, rate, folder / "utt.m4a", "ipod", "aac", 44100, 1, bit_rate=192_000)
     encode(samples, rate, folder / "utt.webm", "webm", "libopus", 48000, 1)
-    # what the m4a decodes to, as a WAV: the CLI must hear exactly that (AAC's artefacts can change a word of the
-    # overfit model, which knows these utterances and nothing else; Opus at 48 kHz keeps them)
-    sf.write(tmp_path / "m4a_decoded.wav", load_audio(folder / "utt.m4a").numpy(), SAMPLE_RATE, subtype="FLOAT")
+    # What each file decodes to, as a WAV: the CLI must hear exactly that. (A codec's artefacts can change a word of
+    # the overfit model, which knows these utterances and nothing else, so the texts are compared with the decoded
+    # audio's, not with the reference.)
     argv = ["transcribe", "--model", str(model), "--decoding", "ctc_greedy", "-q"]
-    assert main([*argv, str(tmp_path / "m4a_decoded.wav")]) == 0
-    m4a_text = capsys.readouterr().out.strip()
+    heard = {}
+    for name in ("utt.m4a", "utt.webm"):
+        decoded = tmp_path / f"{name}.wav"
+        sf.write(decoded, load_audio(folder / name).numpy(), SAMPLE_RATE, subtype="FLOAT")
+        assert main([*argv, str(decoded)]) == 0
+        heard[name] = capsys.readouterr().out.strip()
+    assert heard["utt.webm"].split()[:3] == text.split()[:3]  # the decoding is not garbage
     code = main([*argv, str(folder)])
     out = capsys.readouterr().out.splitlines()
-    assert code == 0 and out == [f"{folder / 'utt.m4a'}\t{m4a_text}", f"{folder / 'utt.webm'}\t{text}"]
+    assert code == 0 and out == [f"{folder / name}\t{heard[name]}" for name in ("utt.m4a", "utt.webm")]

@@ -138,10 +138,10 @@ def test_transcribe_with_whispers_spellings_end_to_end(capsys, overfit_model_dir
     assert [w["word"] for s in data["segments"] for w in s["words"]] == text.split()
 
 
-def test_evaluate_defaults_to_the_built_in_model(capsys, overfit_model_dir, monkeypatch, tmp_path):
+def test_evaluate_defaults_to_the_built_in_model(capsys, corpus, overfit_model_dir, monkeypatch, tmp_path):
     model, _ = overfit_model_dir
     monkeypatch.setenv(DEFAULT_MODEL_ENV, str(model))
-    cuts = model.parent / "cuts.jsonl.gz"
+    cuts = corpus.cuts
     code = main(["evaluate", "--cuts", str(cuts), "--out-dir", str(tmp_path / "eval"), "--decoding", "ctc_greedy"])
     assert code == 0
     assert "WER 0.0% " in capsys.readouterr().out  # the overfit model's own utterances: it was that model
