@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import OVERFIT, SENTENCES, Corpus, built_once, train_to_zero_wer
+from tests.helpers import CHAR_CORPUS, OVERFIT, SENTENCES, Corpus, built_once, seeded_model, train_to_zero_wer
 
 TESTS = Path(__file__).resolve().parent
 # Process-level modules still outside tests/process/ (recipe runs; builds of the CPU extension killed half-way):
@@ -169,3 +169,22 @@ def overfit_model_dir(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) 
     folder = built_once(tmp_path_factory, "overfit_model", build)
     wavs = Path(corpus.cuts).parent
     return folder / "model", [(wavs / f"utt{i:02d}.wav", text) for i, text in enumerate(SENTENCES)]
+
+
+@pytest.fixture(scope="module")
+def char_tokenizer(tmp_path_factory: pytest.TempPathFactory):
+    """A char sentencepiece tokenizer trained on :data:`tests.helpers.CHAR_CORPUS` (one per test module)."""
+    from srupp_asr.tokenizer import Tokenizer
+
+    path = tmp_path_factory.mktemp("lang") / "tokenizer.model"
+    return Tokenizer.train(CHAR_CORPUS, path, vocab_size=60, model_type="char")
+
+
+@pytest.fixture()
+def model_dir(tmp_path: Path, char_tokenizer) -> Path:
+    """An untrained tiny model (:func:`tests.helpers.seeded_model` with seed 0) exported with ``char_tokenizer``
+    to ``tmp_path / "model"``."""
+    from srupp_asr.model_dir import export_model
+
+    model = seeded_model(0, char_tokenizer.vocab_size)
+    return export_model(model.state_dict(), model.config, char_tokenizer.path, tmp_path / "model")

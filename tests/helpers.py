@@ -19,13 +19,25 @@ import pytest
 import soundfile as sf
 import torch
 from lhotse import CutSet
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.data import ASRDataModule, ASRDataset
 from srupp_asr.lightning_module import ASRLightningModule, word_errors
+from srupp_asr.model import ASRModel
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_CONFIG = REPO / "conf" / "tiny_cpu.yaml"
+SPOKEN = ["hello world", "the cat sat on the mat", "good morning to you", "speech recognition is fun"]
+# The text the ``char_tokenizer`` fixture is trained on.
+CHAR_CORPUS = [*SPOKEN, "one two three four five six seven"]
+# A tiny SRU++ network (the ``seeded_model`` default).
+TINY = {
+    "d_model": 16,
+    "encoder_conf": {"d_model": 32, "num_layers": 1, "attn_dim": 16},
+    "decoder_conf": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32},
+    "specaugment": None,
+}
 
 
 def _sclite() -> list[str] | None:
@@ -250,3 +262,62 @@ def one_line_error(capsys, command: str) -> str:
     prefix = f"srupp-asr {command}: error: "
     assert err.count("\n") == 1 and err.startswith(prefix), err
     return err[len(prefix) :].rstrip("\n")
+
+
+def write_checkpoint(
+    path: Path,
+    model: ASRModel,
+    step: int,
+    scores: dict[str, float] | None = None,
+    monitor: str = "valid/loss",
+    mode: str = "min",
+    last: bool = False,
+) -> Path:
+    """A Lightning-format checkpoint as ModelCheckpoint writes it: top-k files list themselves in best_k_models."""
+    folder = path.parent
+    state = {
+        "monitor": monitor,
+        "best_model_score": None,
+        "best_model_path": "",
+        "current_score": None,
+        "dirpath": str(folder),
+        "best_k_models": {str(folder / name): torch.tensor(v) for name, v in (scores or {}).items()},
+        "kth_best_model_path": "",
+        "kth_value": torch.tensor(float("inf")),
+        "last_model_path": str(folder / "last.ckpt") if last else "",
+    }
+    hparams = {"tokenizer": "tok.model", "cmvn": None, **{k: v for k, v in model.config.items() if k != "vocab_size"}}
+    ckpt = {
+        "epoch": step,
+        "global_step": step,
+        "state_dict": {f"model.{k}": v.clone() for k, v in model.state_dict().items()},
+        "callbacks": {ModelCheckpoint(monitor=monitor, mode=mode).state_key: state},
+        "hyper_parameters": hparams,
+    }
+    torch.save(ckpt, path)
+    return path
+
+
+def seeded_model(seed: int, vocab_size: int, **overrides) -> ASRModel:
+    torch.manual_seed(seed)
+    model = ASRModel(vocab_size, **{**TINY, **overrides})
+    model.set_cmvn(torch.linspace(-1.0, 1.0, 80), torch.full((80,), 2.0))
+    return model
+
+
+def write_tone(path, seconds: float, rate: int = 16000, channels: int = 1):
+    """A quiet 440 Hz tone of exactly ``seconds`` (rounded to samples)."""
+    t = np.arange(round(seconds * rate)) / rate
+    tone = 0.1 * np.sin(2 * np.pi * 440 * t).astype(np.float32)
+    sf.write(path, np.stack([tone] * channels, axis=1) if channels > 1 else tone, rate)
+    return path
+
+
+@dataclass
+class W:
+    """A decoded word as the writers take it."""
+
+    text: str
+    start: float
+    end: float
+    confidence: float = 0.9

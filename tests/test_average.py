@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
 from safetensors.torch import load_file, save_file
 
 from srupp_asr.average import average_checkpoints, model_config_from_checkpoint, parse_size, select, select_checkpoints
@@ -27,17 +26,10 @@ from srupp_asr.model import ASRModel
 from srupp_asr.model_dir import export_model, load_model, read_weight_shapes, read_weights
 from srupp_asr.tokenizer import Tokenizer
 from srupp_asr.train import run_train
-from tests.test_train import SPOKEN, TINY_CONFIG
+from tests.helpers import CHAR_CORPUS, SPOKEN, TINY, TINY_CONFIG, seeded_model, write_checkpoint
 
-CORPUS = [*SPOKEN, "one two three four five six seven"]
 EPOCHS = 4
 TOP_K = 3
-TINY = {
-    "d_model": 16,
-    "encoder_conf": {"d_model": 32, "num_layers": 1, "attn_dim": 16},
-    "decoder_conf": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32},
-    "specaugment": None,
-}
 TINY_CONFORMER = {
     **TINY,
     "encoder": "conformer",
@@ -46,13 +38,7 @@ TINY_CONFORMER = {
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("lang") / "tokenizer.model"
-    return Tokenizer.train(CORPUS, path, vocab_size=60, model_type="char")
-
-
-@pytest.fixture(scope="module")
-def run(synthesize_speech, tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run(synthesize_speech, char_tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real ``train fit`` of the tiny config: four epochs over four espeak-ng utterances, validating after each
     and keeping the 3 best checkpoints by valid/loss plus last.ckpt. Returns its default_root_dir."""
     from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
@@ -79,7 +65,7 @@ def run(synthesize_speech, tokenizer: Tokenizer, tmp_path_factory: pytest.TempPa
                 str(TINY_CONFIG),
                 f"--data.train_cuts={folder / 'cuts.jsonl.gz'}",
                 f"--data.valid_cuts={folder / 'cuts.jsonl.gz'}",
-                f"--data.tokenizer={tokenizer.path}",
+                f"--data.tokenizer={char_tokenizer.path}",
                 f"--model.cmvn={folder / 'cmvn.json'}",
                 f"--trainer.default_root_dir={root}",
                 f"--trainer.max_epochs={EPOCHS}",
@@ -159,49 +145,8 @@ def test_average_is_the_mean_of_the_selected_weights(run):
     )
 
 
-def write_checkpoint(
-    path: Path,
-    model: ASRModel,
-    step: int,
-    scores: dict[str, float] | None = None,
-    monitor: str = "valid/loss",
-    mode: str = "min",
-    last: bool = False,
-) -> Path:
-    """A Lightning-format checkpoint as ModelCheckpoint writes it: top-k files list themselves in best_k_models."""
-    folder = path.parent
-    state = {
-        "monitor": monitor,
-        "best_model_score": None,
-        "best_model_path": "",
-        "current_score": None,
-        "dirpath": str(folder),
-        "best_k_models": {str(folder / name): torch.tensor(v) for name, v in (scores or {}).items()},
-        "kth_best_model_path": "",
-        "kth_value": torch.tensor(float("inf")),
-        "last_model_path": str(folder / "last.ckpt") if last else "",
-    }
-    hparams = {"tokenizer": "tok.model", "cmvn": None, **{k: v for k, v in model.config.items() if k != "vocab_size"}}
-    ckpt = {
-        "epoch": step,
-        "global_step": step,
-        "state_dict": {f"model.{k}": v.clone() for k, v in model.state_dict().items()},
-        "callbacks": {ModelCheckpoint(monitor=monitor, mode=mode).state_key: state},
-        "hyper_parameters": hparams,
-    }
-    torch.save(ckpt, path)
-    return path
-
-
-def seeded_model(seed: int, vocab_size: int, **overrides) -> ASRModel:
-    torch.manual_seed(seed)
-    model = ASRModel(vocab_size, **{**TINY, **overrides})
-    model.set_cmvn(torch.linspace(-1.0, 1.0, 80), torch.full((80,), 2.0))
-    return model
-
-
-def test_selection_follows_the_recorded_mode_and_scores(tmp_path, tokenizer, caplog):
-    model = seeded_model(0, tokenizer.vocab_size)
+def test_selection_follows_the_recorded_mode_and_scores(tmp_path, char_tokenizer, caplog):
+    model = seeded_model(0, char_tokenizer.vocab_size)
     accs = {"a.ckpt": 0.5, "b.ckpt": 0.9, "c.ckpt": 0.7}
     best_k: dict[str, float] = {}
     for step, (name, acc) in enumerate(accs.items(), start=1):
@@ -229,8 +174,8 @@ def test_selection_follows_the_recorded_mode_and_scores(tmp_path, tokenizer, cap
         select_checkpoints([tmp_path / "nothere.ckpt"])
 
 
-def test_several_monitored_metrics_need_a_choice(tmp_path, tokenizer):
-    model = seeded_model(0, tokenizer.vocab_size)
+def test_several_monitored_metrics_need_a_choice(tmp_path, char_tokenizer):
+    model = seeded_model(0, char_tokenizer.vocab_size)
     write_checkpoint(tmp_path / "a.ckpt", model, 1, {"a.ckpt": 1.0}, monitor="valid/loss")
     write_checkpoint(tmp_path / "b.ckpt", model, 2, {"b.ckpt": 20.0}, monitor="valid/wer")
     with pytest.raises(UserError, match=r"monitor several metrics \(valid/loss, valid/wer\); pick one"):
@@ -238,8 +183,8 @@ def test_several_monitored_metrics_need_a_choice(tmp_path, tokenizer):
     assert [p.name for p in select_checkpoints(tmp_path, 2, metric="valid/wer")] == ["b.ckpt"]
 
 
-def test_integer_buffers_come_from_the_latest_checkpoint_and_cmvn_must_agree(tmp_path, tokenizer):
-    models = [seeded_model(seed, tokenizer.vocab_size, **TINY_CONFORMER) for seed in range(3)]
+def test_integer_buffers_come_from_the_latest_checkpoint_and_cmvn_must_agree(tmp_path, char_tokenizer):
+    models = [seeded_model(seed, char_tokenizer.vocab_size, **TINY_CONFORMER) for seed in range(3)]
     counters = [k for k, v in models[0].state_dict().items() if not v.is_floating_point()]
     assert counters and all(k.endswith("num_batches_tracked") for k in counters)
     for model, count in zip(models, (7, 30, 12), strict=True):
@@ -264,7 +209,7 @@ def test_integer_buffers_come_from_the_latest_checkpoint_and_cmvn_must_agree(tmp
         average_checkpoints(paths)
     # Same weight shapes, another network: attention split into 4 heads instead of 2.
     other_conf = {**TINY_CONFORMER["encoder_conf"], "num_heads": 4}
-    other = seeded_model(0, tokenizer.vocab_size, **{**TINY_CONFORMER, "encoder_conf": other_conf})
+    other = seeded_model(0, char_tokenizer.vocab_size, **{**TINY_CONFORMER, "encoder_conf": other_conf})
     write_checkpoint(tmp_path / "other.ckpt", other, 40, {"other.ckpt": 1.0})
     with pytest.raises(
         UserError, match=r"other\.ckpt: not the same model as 7\.ckpt \(encoder_conf is .*'num_heads': 4"
@@ -318,15 +263,9 @@ def test_exported_model_loads_without_pickle_and_computes_the_same(run, tmp_path
         assert (model.ctc_log_probs(enc) - source.ctc_log_probs(ref)).abs().max() <= 1e-6
 
 
-@pytest.fixture()
-def model_dir(tmp_path, tokenizer) -> Path:
-    model = seeded_model(0, tokenizer.vocab_size)
-    return export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "model")
-
-
-def test_export_replaces_a_model_directory_and_refuses_anything_else(model_dir, tokenizer):
-    model = seeded_model(1, tokenizer.vocab_size)
-    export_model(model.state_dict(), model.config, tokenizer.path, model_dir, source={"note": "second"})
+def test_export_replaces_a_model_directory_and_refuses_anything_else(model_dir, char_tokenizer):
+    model = seeded_model(1, char_tokenizer.vocab_size)
+    export_model(model.state_dict(), model.config, char_tokenizer.path, model_dir, source={"note": "second"})
     assert yaml.safe_load((model_dir / "config.yaml").read_text())["source"] == {"note": "second"}
     assert torch.equal(load_file(model_dir / "model.safetensors")["ctc.weight"], model.ctc.weight)
     assert [p.name for p in model_dir.parent.iterdir()] == ["model"]  # no temporary directory left behind
@@ -336,10 +275,10 @@ def test_export_replaces_a_model_directory_and_refuses_anything_else(model_dir, 
     precious.mkdir()
     (precious / "notes.txt").write_text("keep me")
     with pytest.raises(UserError, match=r"exp: exists and is not a srupp-asr model directory; refusing to replace it"):
-        export_model(model.state_dict(), model.config, tokenizer.path, precious)
+        export_model(model.state_dict(), model.config, char_tokenizer.path, precious)
     assert (precious / "notes.txt").read_text() == "keep me"
     with pytest.raises(UserError, match=r"the weights do not fit the model with this tokenizer \(missing weights"):
-        export_model({"ctc.weight": model.ctc.weight}, model.config, tokenizer.path, model_dir)
+        export_model({"ctc.weight": model.ctc.weight}, model.config, char_tokenizer.path, model_dir)
 
 
 def _umask() -> int:
@@ -456,10 +395,10 @@ def outputs(model: ASRModel) -> tuple[torch.Tensor, torch.Tensor]:
         return enc, model.ctc_log_probs(enc)
 
 
-def test_sharded_weights_respect_the_limit_and_load_as_the_single_file(tmp_path, tokenizer, model_dir):
-    model = seeded_model(0, tokenizer.vocab_size)
+def test_sharded_weights_respect_the_limit_and_load_as_the_single_file(tmp_path, char_tokenizer, model_dir):
+    model = seeded_model(0, char_tokenizer.vocab_size)
     sharded = export_model(
-        model.state_dict(), model.config, tokenizer.path, tmp_path / "sharded", max_shard_bytes=SHARD_LIMIT
+        model.state_dict(), model.config, char_tokenizer.path, tmp_path / "sharded", max_shard_bytes=SHARD_LIMIT
     )
     shards = [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
     names = ["config.yaml", *shards, "model.safetensors.index.json", "tokenizer.model"]
@@ -478,17 +417,17 @@ def test_sharded_weights_respect_the_limit_and_load_as_the_single_file(tmp_path,
     assert all(torch.equal(a, b) for a, b in zip(from_shards, from_file, strict=True))
 
 
-def test_weights_within_the_limit_stay_one_model_safetensors(tmp_path, tokenizer, model_dir):
-    model = seeded_model(0, tokenizer.vocab_size)
-    out = export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "fits", max_shard_bytes=10**6)
+def test_weights_within_the_limit_stay_one_model_safetensors(tmp_path, char_tokenizer, model_dir):
+    model = seeded_model(0, char_tokenizer.vocab_size)
+    out = export_model(model.state_dict(), model.config, char_tokenizer.path, tmp_path / "fits", max_shard_bytes=10**6)
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "model.safetensors", "tokenizer.model"]
     assert (out / "model.safetensors").read_bytes() == (model_dir / "model.safetensors").read_bytes()
 
 
-def test_a_tensor_bigger_than_the_shard_limit_is_a_one_line_error(tmp_path, tokenizer):
-    model = seeded_model(0, tokenizer.vocab_size)
+def test_a_tensor_bigger_than_the_shard_limit_is_a_one_line_error(tmp_path, char_tokenizer):
+    model = seeded_model(0, char_tokenizer.vocab_size)
     with pytest.raises(UserError) as err:
-        export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "model", max_shard_bytes=10_000)
+        export_model(model.state_dict(), model.config, char_tokenizer.path, tmp_path / "model", max_shard_bytes=10_000)
     assert str(err.value) == (
         f"{tmp_path / 'model'}: tensor subsampling.out.weight takes 19456 bytes, more than fits in a shard of 10000"
         " bytes"
@@ -497,11 +436,13 @@ def test_a_tensor_bigger_than_the_shard_limit_is_a_one_line_error(tmp_path, toke
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_storage_halves_the_files_and_loads_the_rounded_weights(tmp_path, tokenizer, model_dir, dtype):
-    model = seeded_model(0, tokenizer.vocab_size, **TINY_CONFORMER)
+def test_half_precision_storage_halves_the_files_and_loads_the_rounded_weights(
+    tmp_path, char_tokenizer, model_dir, dtype
+):
+    model = seeded_model(0, char_tokenizer.vocab_size, **TINY_CONFORMER)
     weights = model.state_dict()
-    out = export_model(weights, model.config, tokenizer.path, tmp_path / "half", dtype=dtype)
-    full = export_model(weights, model.config, tokenizer.path, tmp_path / "full")
+    out = export_model(weights, model.config, char_tokenizer.path, tmp_path / "half", dtype=dtype)
+    full = export_model(weights, model.config, char_tokenizer.path, tmp_path / "full")
     stored = load_file(out / "model.safetensors")
     halved = 0
     for key, value in stored.items():
@@ -525,12 +466,12 @@ def test_half_precision_storage_halves_the_files_and_loads_the_rounded_weights(t
         torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
 
 
-def test_float16_refuses_weights_beyond_its_range(tmp_path, tokenizer):
-    model = seeded_model(0, tokenizer.vocab_size)
+def test_float16_refuses_weights_beyond_its_range(tmp_path, char_tokenizer):
+    model = seeded_model(0, char_tokenizer.vocab_size)
     weights = {**model.state_dict(), "ctc.bias": torch.full_like(model.ctc.bias, 1e5)}
     with pytest.raises(UserError, match=r"model: ctc\.bias has values beyond the range of torch\.float16 \(store as"):
-        export_model(weights, model.config, tokenizer.path, tmp_path / "model", dtype=torch.float16)
-    out = export_model(weights, model.config, tokenizer.path, tmp_path / "model", dtype=torch.bfloat16)
+        export_model(weights, model.config, char_tokenizer.path, tmp_path / "model", dtype=torch.float16)
+    out = export_model(weights, model.config, char_tokenizer.path, tmp_path / "model", dtype=torch.bfloat16)
     assert load_model(out)[0].ctc.bias[0].item() == pytest.approx(1e5, rel=2**-8)
 
 
@@ -547,11 +488,11 @@ def test_a_bad_size_is_a_one_line_error(text):
         parse_size(text, "--max-shard-size")
 
 
-def test_average_command_writes_float16_shards(tmp_path, tokenizer, capsys):
-    models = [seeded_model(seed, tokenizer.vocab_size) for seed in range(2)]
+def test_average_command_writes_float16_shards(tmp_path, char_tokenizer, capsys):
+    models = [seeded_model(seed, char_tokenizer.vocab_size) for seed in range(2)]
     ckpts = [write_checkpoint(tmp_path / f"{i}.ckpt", m, i, {f"{i}.ckpt": 1.0}) for i, m in enumerate(models)]
     out = tmp_path / "model"
-    common = ["average", "--ckpts", *map(str, ckpts), "--tokenizer", str(tokenizer.path), "--out", str(out)]
+    common = ["average", "--ckpts", *map(str, ckpts), "--tokenizer", str(char_tokenizer.path), "--out", str(out)]
     assert main([*common, "--max-shard-size", "15kB", "--dtype", "float16"]) == 0
     files = sorted(p.name for p in out.iterdir())
     assert capsys.readouterr().out.splitlines()[-1] == f"wrote {out} ({', '.join(files)})"
@@ -569,16 +510,16 @@ def test_average_command_writes_float16_shards(tmp_path, tokenizer, capsys):
     assert files == sorted(p.name for p in out.iterdir())  # the model directory is untouched
 
 
-def test_average_command_ships_an_lm_in_the_model_directory(tmp_path, tokenizer, capsys):
+def test_average_command_ships_an_lm_in_the_model_directory(tmp_path, char_tokenizer, capsys):
     from srupp_asr.lm import SRUppLM, load_lm, read_fusion_weight, save_lm
 
-    models = [seeded_model(seed, tokenizer.vocab_size) for seed in range(2)]
+    models = [seeded_model(seed, char_tokenizer.vocab_size) for seed in range(2)]
     ckpts = [write_checkpoint(tmp_path / f"{i}.ckpt", m, i, {f"{i}.ckpt": 1.0}) for i, m in enumerate(models)]
     torch.manual_seed(0)
-    lm = SRUppLM(tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
-    lm_dir = save_lm(lm, tokenizer.path, tmp_path / "lm")
+    lm = SRUppLM(char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
     out = tmp_path / "model"
-    common = ["average", "--ckpts", *map(str, ckpts), "--tokenizer", str(tokenizer.path), "--out", str(out)]
+    common = ["average", "--ckpts", *map(str, ckpts), "--tokenizer", str(char_tokenizer.path), "--out", str(out)]
     assert main([*common, "--lm", str(lm_dir), "--lm-weight", "0.45"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"with the LM of {lm_dir} as {out / 'lm'} (float16, default fusion weight 0.45)"
@@ -636,11 +577,11 @@ def _noise() -> tuple[torch.Tensor, torch.Tensor]:
     return audio, torch.tensor([8000, 5600])
 
 
-def test_a_checkpoint_with_nan_weights_is_refused_not_averaged_into_a_nan_model(tmp_path, tokenizer, capsys):
+def test_a_checkpoint_with_nan_weights_is_refused_not_averaged_into_a_nan_model(tmp_path, char_tokenizer, capsys):
     # Was: one NaN in 2.ckpt's ctc.weight (its valid/loss stored as inf, as Lightning stores a NaN score) and
     # `average --exp-dir EXP --num 10` chose all 3 checkpoints (the inf one last), exited 0 and wrote a model
     # whose CTC log-probs were 100% NaN (1.0 of them), with no warning.
-    models = [seeded_model(seed, tokenizer.vocab_size) for seed in range(3)]
+    models = [seeded_model(seed, char_tokenizer.vocab_size) for seed in range(3)]
     with torch.no_grad():
         models[2].ctc.weight[0, 0] = float("nan")
     scores = [1.0, 1.2, float("inf")]
@@ -651,7 +592,7 @@ def test_a_checkpoint_with_nan_weights_is_refused_not_averaged_into_a_nan_model(
     assert [c.path.name for c in select(ckpts, 10).checkpoints] == ["0.ckpt", "1.ckpt", "2.ckpt"]
 
     out = tmp_path / "model"
-    argv = ["average", "--exp-dir", str(tmp_path / "exp"), "--num", "10", "--tokenizer", str(tokenizer.path)]
+    argv = ["average", "--exp-dir", str(tmp_path / "exp"), "--num", "10", "--tokenizer", str(char_tokenizer.path)]
     assert main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err == (
@@ -666,39 +607,39 @@ def test_a_checkpoint_with_nan_weights_is_refused_not_averaged_into_a_nan_model(
     assert all(torch.equal(stored[k.removeprefix("model.")], v) for k, v in reference.items())
 
 
-def test_checkpoints_trained_with_different_tokenizers_are_refused(tmp_path, tokenizer):
+def test_checkpoints_trained_with_different_tokenizers_are_refused(tmp_path, char_tokenizer):
     # Was: two checkpoints whose runs used tokenizers of the same size (25) but other pieces (the characters
     # ordered by another corpus's counts) were averaged without a word: only the network settings, weight
     # shapes and CMVN were compared, and the model shipped the first one's tokenizer, so 21 of the 25 averaged
     # output rows mixed two different characters.
     other = Tokenizer.train(
-        [*CORPUS, "yyyyyyyyyyyyyyyy pppppppppppppppp xxxxxxxxxxxxxxxx"],
+        [*CHAR_CORPUS, "yyyyyyyyyyyyyyyy pppppppppppppppp xxxxxxxxxxxxxxxx"],
         tmp_path / "other.model",
         vocab_size=60,
         model_type="char",
     )
-    assert other.vocab_size == tokenizer.vocab_size and other.pieces() != tokenizer.pieces()
-    models = [seeded_model(seed, tokenizer.vocab_size) for seed in range(2)]
-    a = _set_tokenizer(write_checkpoint(tmp_path / "a.ckpt", models[0], 1, {"a.ckpt": 1.0}), tokenizer.path)
+    assert other.vocab_size == char_tokenizer.vocab_size and other.pieces() != char_tokenizer.pieces()
+    models = [seeded_model(seed, char_tokenizer.vocab_size) for seed in range(2)]
+    a = _set_tokenizer(write_checkpoint(tmp_path / "a.ckpt", models[0], 1, {"a.ckpt": 1.0}), char_tokenizer.path)
     b = _set_tokenizer(write_checkpoint(tmp_path / "b.ckpt", models[1], 2, {"b.ckpt": 1.1}), other.path)
     with pytest.raises(UserError) as err:
         average_checkpoints([a, b])
     assert str(err.value) == (
-        f"{b}: trained with tokenizer {other.path}, a.ckpt with {tokenizer.path}, whose pieces differ (the same"
+        f"{b}: trained with tokenizer {other.path}, a.ckpt with {char_tokenizer.path}, whose pieces differ (the same"
         " output id means other text); average checkpoints of one run"
     )
     # The same tokenizer under another path (a run resumed from a copied tokenizer) is fine.
-    copy = shutil.copyfile(tokenizer.path, tmp_path / "copy.model")
+    copy = shutil.copyfile(char_tokenizer.path, tmp_path / "copy.model")
     _set_tokenizer(b, copy)
     avg = average_checkpoints([a, b])
     reference = _reference_mean([a, b])
     assert all(torch.equal(avg[k], v) for k, v in reference.items())
 
 
-def test_averaged_export_matches_the_lightning_module_bit_for_bit_and_decodes_the_same(tmp_path, tokenizer):
+def test_averaged_export_matches_the_lightning_module_bit_for_bit_and_decodes_the_same(tmp_path, char_tokenizer):
     """Against the checkpoints' own LightningModule: float32 export bit for bit; float16 within its rounding."""
     network = {k: v for k, v in TINY_CONFORMER.items()}
-    models = [seeded_model(seed, tokenizer.vocab_size, **network) for seed in range(3)]
+    models = [seeded_model(seed, char_tokenizer.vocab_size, **network) for seed in range(3)]
     for i, model in enumerate(models):  # BatchNorm statistics and counters that differ per checkpoint
         for name, buffer in model.named_buffers():
             if "running" in name:
@@ -714,13 +655,13 @@ def test_averaged_export_matches_the_lightning_module_bit_for_bit_and_decodes_th
     counters = [k for k, v in avg.items() if not v.is_floating_point()]
     assert counters and all(avg[k].dtype == torch.int64 and avg[k].item() == 30 for k in counters)
 
-    module = ASRLightningModule(str(tokenizer.path), **network)
+    module = ASRLightningModule(str(char_tokenizer.path), **network)
     module.load_state_dict(avg, strict=True)  # the Lightning keys, as a resumed run would load them
     module.eval()
-    full, _ = load_model(export_model(avg, models[0].config, tokenizer.path, tmp_path / "full"))
+    full, _ = load_model(export_model(avg, models[0].config, char_tokenizer.path, tmp_path / "full"))
     half, _ = load_model(
         export_model(
-            avg, models[0].config, tokenizer.path, tmp_path / "half", dtype=torch.float16, max_shard_bytes=10_000
+            avg, models[0].config, char_tokenizer.path, tmp_path / "half", dtype=torch.float16, max_shard_bytes=10_000
         )
     )
     assert len(list((tmp_path / "half").glob("model-*.safetensors"))) > 1
@@ -736,17 +677,17 @@ def test_averaged_export_matches_the_lightning_module_bit_for_bit_and_decodes_th
         half_lp = half.ctc_log_probs(half.encode(audio, lens)[0])
         torch.testing.assert_close(half_lp, module.model.ctc_log_probs(ref_enc), rtol=0, atol=2e-3)
     assert torch.equal(half.cmvn.mean, module.model.cmvn.mean) and torch.equal(half.cmvn.istd, module.model.cmvn.istd)
-    assert (tmp_path / "full" / "tokenizer.model").read_bytes() == tokenizer.path.read_bytes()
+    assert (tmp_path / "full" / "tokenizer.model").read_bytes() == char_tokenizer.path.read_bytes()
 
 
 @pytest.mark.parametrize("limit", [19_700, 20_011, 23_333, 31_007, 40_961])
-def test_shards_cut_anywhere_reassemble_to_the_unsharded_weights(tmp_path, tokenizer, limit):
+def test_shards_cut_anywhere_reassemble_to_the_unsharded_weights(tmp_path, char_tokenizer, limit):
     """Limits just above the largest tensor (19 456 bytes) and at odd sizes: every shard within the limit, and
     the shards' tensors, read with plain safetensors, are exactly the single file's."""
-    model = seeded_model(0, tokenizer.vocab_size, **TINY_CONFORMER)
-    single = export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "single")
+    model = seeded_model(0, char_tokenizer.vocab_size, **TINY_CONFORMER)
+    single = export_model(model.state_dict(), model.config, char_tokenizer.path, tmp_path / "single")
     sharded = export_model(
-        model.state_dict(), model.config, tokenizer.path, tmp_path / "sharded", max_shard_bytes=limit
+        model.state_dict(), model.config, char_tokenizer.path, tmp_path / "sharded", max_shard_bytes=limit
     )
     shards = sorted(sharded.glob("model-*.safetensors"))
     assert len(shards) > 1 and all(p.stat().st_size <= limit for p in shards)

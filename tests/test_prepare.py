@@ -26,15 +26,7 @@ from srupp_asr.prepare import (
     split_path,
 )
 from srupp_asr.scoring.talks import score_talks
-from tests.helpers import SCLITE
-
-
-def write_tone(path, seconds: float, rate: int = 16000, channels: int = 1):
-    """A quiet 440 Hz tone of exactly ``seconds`` (rounded to samples)."""
-    t = np.arange(round(seconds * rate)) / rate
-    tone = 0.1 * np.sin(2 * np.pi * 440 * t).astype(np.float32)
-    sf.write(path, np.stack([tone] * channels, axis=1) if channels > 1 else tone, rate)
-    return path
+from tests.helpers import SCLITE, write_tone
 
 
 def _run(argv: list[str]) -> int:

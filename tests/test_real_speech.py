@@ -172,7 +172,7 @@ def test_the_synth_en_recipe_scores_the_real_dev_sets_beside_the_synthetic_ones(
 
 def test_the_ablation_mixes_hold_every_real_cut_and_an_equal_share_of_synthetic_audio(rs, tmp_path):
     from srupp_asr.prepare import import_table, save_splits
-    from tests.test_prepare import write_tone
+    from tests.helpers import write_tone
 
     def corpus(name: str, count: int, seconds: float) -> Path:
         folder = tmp_path / name

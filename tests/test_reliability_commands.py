@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (imported fixtures are parameter names of the tests)
 """Bad inputs to ``srupp-asr average``: each is one line naming the file or option, and none is taken for a
 result (a checkpoint is not averaged twice). The other commands' bad inputs moved to the tests of their modules
 (``test_corpora.py``: ``corpus score-talks`` and ``speed-perturb``; ``test_synth.py``: ``synth-corpus --text``;
@@ -15,8 +14,7 @@ import pytest
 from srupp_asr.average import average_checkpoints
 from srupp_asr.cli import main
 from srupp_asr.errors import UserError
-from tests.helpers import one_line_error
-from tests.test_average import seeded_model, tokenizer, write_checkpoint  # noqa: F401 (fixture)
+from tests.helpers import one_line_error, seeded_model, write_checkpoint
 
 # ---- corpus score-talks and speed-perturb --------------------------------------------------------------------
 
@@ -31,10 +29,10 @@ from tests.test_average import seeded_model, tokenizer, write_checkpoint  # noqa
 
 
 @pytest.fixture
-def ckpts(tmp_path: Path, tokenizer) -> list[Path]:
+def ckpts(tmp_path: Path, char_tokenizer) -> list[Path]:
     folder = tmp_path / "ckpts"
     folder.mkdir()
-    models = [seeded_model(seed, tokenizer.vocab_size) for seed in range(2)]
+    models = [seeded_model(seed, char_tokenizer.vocab_size) for seed in range(2)]
     return [write_checkpoint(folder / f"{i}.ckpt", m, i, {f"{i}.ckpt": 1.0}) for i, m in enumerate(models)]
 
 
@@ -43,7 +41,7 @@ def _average(tokenizer, out: Path, *paths: str | Path) -> int:
 
 
 @pytest.mark.parametrize("spelling", ["same path", "other spelling", "symbolic link"])
-def test_average_refuses_a_checkpoint_given_twice(ckpts, tokenizer, tmp_path, capsys, spelling):
+def test_average_refuses_a_checkpoint_given_twice(ckpts, char_tokenizer, tmp_path, capsys, spelling):
     # was: averaged as if it were two checkpoints (its weights counted double)
     first = ckpts[0]
     second = {
@@ -54,7 +52,7 @@ def test_average_refuses_a_checkpoint_given_twice(ckpts, tokenizer, tmp_path, ca
     if spelling == "symbolic link":
         second.symlink_to(first)
     out = tmp_path / "model"
-    assert _average(tokenizer, out, first, ckpts[1], second) == 2
+    assert _average(char_tokenizer, out, first, ckpts[1], second) == 2
     line = one_line_error(capsys, "average")
     if spelling == "symbolic link":
         assert line == f"{second}: the same file as {first}; each checkpoint is averaged once"
@@ -65,18 +63,18 @@ def test_average_refuses_a_checkpoint_given_twice(ckpts, tokenizer, tmp_path, ca
         average_checkpoints([first, second])
 
 
-def test_average_names_an_empty_or_truncated_checkpoint(ckpts, tokenizer, tmp_path, capsys):
+def test_average_names_an_empty_or_truncated_checkpoint(ckpts, char_tokenizer, tmp_path, capsys):
     # was (empty): "not a readable PyTorch checkpoint (mmap can only be used with files saved with ...)"
     empty = tmp_path / "empty.ckpt"
     empty.write_bytes(b"")
     out = tmp_path / "model"
-    assert _average(tokenizer, out, ckpts[0], empty) == 2
+    assert _average(char_tokenizer, out, ckpts[0], empty) == 2
     assert one_line_error(capsys, "average") == f"{empty}: empty file (0 bytes), not a checkpoint"
 
     truncated = tmp_path / "truncated.ckpt"
     data = ckpts[1].read_bytes()
     truncated.write_bytes(data[: len(data) // 2])
-    assert _average(tokenizer, out, ckpts[0], truncated) == 2
+    assert _average(char_tokenizer, out, ckpts[0], truncated) == 2
     assert one_line_error(capsys, "average") == (
         f"{truncated}: not a readable PyTorch checkpoint (not a zip archive: truncated or corrupt?)"
     )
@@ -91,7 +89,7 @@ def test_average_names_an_empty_or_truncated_checkpoint(ckpts, tokenizer, tmp_pa
     assert one_line_error(capsys, "average") == f"{run / 'b.ckpt'}: empty file (0 bytes), not a checkpoint"
 
 
-def test_average_of_distinct_checkpoints_still_works(ckpts, tokenizer, tmp_path, capsys):
+def test_average_of_distinct_checkpoints_still_works(ckpts, char_tokenizer, tmp_path, capsys):
     out = tmp_path / "model"
-    assert _average(tokenizer, out, *ckpts) == 0
+    assert _average(char_tokenizer, out, *ckpts) == 0
     assert capsys.readouterr().out.startswith("averaged 2 checkpoints")

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the imported fixture ``tokenizer`` is a parameter name of the tests)
 """Untrusted model and LM directories: only YAML, safetensors and sentencepiece are parsed; pickles, crafted
 files and configs asking for absurd networks are refused with one line naming the file, before anything runs or
 big memory is allocated."""
@@ -29,7 +28,7 @@ from srupp_asr.model_dir import (
     read_weights,
     write_model_dir,
 )
-from tests.test_average import seeded_model, tokenizer  # noqa: F401 (fixture)
+from tests.helpers import seeded_model
 
 
 class RunsCode:
@@ -40,12 +39,6 @@ class RunsCode:
 
     def __reduce__(self):
         return (open, (str(self.marker), "w"))
-
-
-@pytest.fixture
-def model_dir(tmp_path, tokenizer) -> Path:
-    model = seeded_model(0, tokenizer.vocab_size)
-    return export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "model")
 
 
 def _evil_pickle(folder: Path, name: str) -> Path:
@@ -156,10 +149,10 @@ def test_transcribe_with_a_booby_trapped_model_exits_2_with_one_line(model_dir, 
     assert not marker.exists()
 
 
-def test_a_pickle_in_an_lm_directory_is_refused(tmp_path, tokenizer):
-    lm = SRUppLM(vocab_size=tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
-    lm_dir = save_lm(lm, tokenizer.path, tmp_path / "lm")
-    assert load_lm(lm_dir)[0].vocab_size == tokenizer.vocab_size
+def test_a_pickle_in_an_lm_directory_is_refused(tmp_path, char_tokenizer):
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
+    assert load_lm(lm_dir)[0].vocab_size == char_tokenizer.vocab_size
     marker = _evil_pickle(lm_dir, "state.pickle")
     with pytest.raises(UserError, match=r"state\.pickle: a pickle file in a model directory is refused"):
         load_lm(lm_dir)
@@ -173,9 +166,11 @@ SHARDS = [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
 
 
 @pytest.fixture
-def sharded_dir(tmp_path, tokenizer) -> Path:
-    model = seeded_model(0, tokenizer.vocab_size)
-    out = export_model(model.state_dict(), model.config, tokenizer.path, tmp_path / "model", max_shard_bytes=24_000)
+def sharded_dir(tmp_path, char_tokenizer) -> Path:
+    model = seeded_model(0, char_tokenizer.vocab_size)
+    out = export_model(
+        model.state_dict(), model.config, char_tokenizer.path, tmp_path / "model", max_shard_bytes=24_000
+    )
     assert sorted(p.name for p in out.glob("model-*")) == SHARDS
     return out
 
@@ -282,11 +277,11 @@ def test_a_pickle_in_a_sharded_directory_is_refused_and_a_shard_is_never_unpickl
     assert not marker.exists()
 
 
-def test_a_sharded_lm_directory_loads(tmp_path, tokenizer):
+def test_a_sharded_lm_directory_loads(tmp_path, char_tokenizer):
     import torch
 
-    lm = SRUppLM(vocab_size=tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2).eval()
-    lm_dir = save_lm(lm, tokenizer.path, tmp_path / "lm")
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2).eval()
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
     config = yaml.safe_load((lm_dir / "config.yaml").read_text())
     write_model_dir(lm_dir, config, lm.state_dict(), lm_dir / "tokenizer.model", max_shard_bytes=4_000)
     assert len(list(lm_dir.glob("model-*.safetensors"))) > 1 and not (lm_dir / "model.safetensors").exists()
@@ -315,9 +310,9 @@ def test_a_model_config_with_a_bad_encoder_value_is_one_line_naming_it(model_dir
     ("change", "message"),
     [({"num_heads": 0}, "num_heads must be at least 1, got 0"), ({"num_layers": -1}, "num_layers must be at least 1")],
 )
-def test_an_lm_config_with_a_bad_value_is_one_line_naming_it(tmp_path, tokenizer, change, message):
-    lm = SRUppLM(vocab_size=tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
-    lm_dir = save_lm(lm, tokenizer.path, tmp_path / "lm")
+def test_an_lm_config_with_a_bad_value_is_one_line_naming_it(tmp_path, char_tokenizer, change, message):
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
     config = yaml.safe_load((lm_dir / "config.yaml").read_text())
     config["lm"].update(change)
     (lm_dir / "config.yaml").write_text(yaml.safe_dump(config))
@@ -328,7 +323,9 @@ def test_an_lm_config_with_a_bad_value_is_one_line_naming_it(tmp_path, tokenizer
 DEEP_YAML = "model: " + "[" * 5000 + "]" * 5000 + "\n"  # PyYAML composes nested collections recursively
 
 
-def test_deeply_nested_yaml_is_one_line_naming_the_file_not_a_recursion_error(model_dir, tmp_path, tokenizer, capsys):
+def test_deeply_nested_yaml_is_one_line_naming_the_file_not_a_recursion_error(
+    model_dir, tmp_path, char_tokenizer, capsys
+):
     """A model directory's config.yaml, an LM's and ``train --config`` gave a RecursionError traceback."""
     from srupp_asr.cli import main
 
@@ -337,8 +334,8 @@ def test_deeply_nested_yaml_is_one_line_naming_the_file_not_a_recursion_error(mo
     (model_dir / "config.yaml").write_text(DEEP_YAML)
     with pytest.raises(UserError, match=rf"^{model_dir / 'config.yaml'}: not a usable model config \(YAML nested too"):
         load_model(model_dir)
-    lm = SRUppLM(vocab_size=tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
-    lm_dir = save_lm(lm, tokenizer.path, tmp_path / "lm")
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
     (lm_dir / "config.yaml").write_text(DEEP_YAML)
     with pytest.raises(UserError, match=rf"^{lm_dir / 'config.yaml'}: not a usable LM config \(YAML nested too deeply"):
         load_lm(lm_dir)
@@ -350,7 +347,7 @@ def test_deeply_nested_yaml_is_one_line_naming_the_file_not_a_recursion_error(mo
     )
 
 
-def test_weights_stored_as_integers_where_the_model_has_floats_are_refused(model_dir, tokenizer):
+def test_weights_stored_as_integers_where_the_model_has_floats_are_refused(model_dir, char_tokenizer):
     """float16 weights relabelled int16 in the header loaded and were cast by value: garbage transcripts."""
     from safetensors.torch import load_file, save_file
 
@@ -362,4 +359,4 @@ def test_weights_stored_as_integers_where_the_model_has_floats_are_refused(model
     with pytest.raises(UserError, match=message):
         load_model(model_dir)
     with pytest.raises(UserError, match=rf"{re.escape(key)} is stored as int16, the model expects a floating tensor"):
-        initial_weights(model_dir, seeded_model(0, tokenizer.vocab_size))  # train fit --model.init_from
+        initial_weights(model_dir, seeded_model(0, char_tokenizer.vocab_size))  # train fit --model.init_from

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (imported fixtures are parameter names of the tests)
 """A full disk while ``srupp-asr transcribe`` writes its outputs: the previous files stay intact, no temporary
 file is left, and the failure is one line naming the file. Also: the temporary names of atomic writes.
 
@@ -18,8 +17,6 @@ import pytest
 import soundfile as sf
 
 from srupp_asr.fileio import atomic_output, atomic_write_text, temp_prefix
-from tests.test_average import tokenizer  # noqa: F401 (fixture)
-from tests.test_reliability_models import model_dir  # noqa: F401 (fixture)
 
 
 def _limit_file_size() -> None:

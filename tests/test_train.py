@@ -23,10 +23,8 @@ from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
 from srupp_asr.lightning_module import ASRLightningModule, rng_states, set_rng_states, word_errors
 from srupp_asr.tokenizer import Tokenizer
 from srupp_asr.train import TRUSTED_CLASSES_ENV, add_parser, check_trusted_classes, run_train
-from tests.helpers import write_manifest
+from tests.helpers import SPOKEN, TINY_CONFIG, write_manifest
 
-TINY_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "tiny_cpu.yaml"
-SPOKEN = ["hello world", "the cat sat on the mat", "good morning to you", "speech recognition is fun"]
 NETWORK = {
     "d_model": 16,
     "encoder_conf": {"d_model": 32, "num_layers": 1, "attn_dim": 16},

@@ -42,7 +42,7 @@ from srupp_asr.writers import (
     transcript_text,
     write_transcript,
 )
-from tests.test_writers import W
+from tests.helpers import W
 
 GREEDY = ["--decoding", "ctc_greedy"]  # exact on the overfit utterances and the fastest mode
 ERROR_LINE = re.compile(r"^srupp-asr transcribe: error: (.+?): (.+)$")

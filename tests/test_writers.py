@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 
 import pytest
 
@@ -26,15 +25,7 @@ from srupp_asr.writers import (
     transcript_text,
     write_transcript,
 )
-
-
-@dataclass
-class W:
-    text: str
-    start: float
-    end: float
-    confidence: float = 0.9
-
+from tests.helpers import W
 
 WORDS = [W("hello", 0.5, 0.9), W("big", 1.0, 1.2), W("world", 1.3, 1.8, 0.51234), W("again", 3.0, 3.4)]
 
