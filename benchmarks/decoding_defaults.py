@@ -151,7 +151,7 @@ def run_child(
         "load": wall - decoding,
         "decoding_mode": out[0].decoding["mode"] if out else mode,
         "lm_weight": out[0].decoding.get("lm_weight", 0.0) if out else 0.0,
-        "lm": Path(out[0].decoding["lm"]).name if out and out[0].decoding.get("lm") else "",
+        "lm": "/".join(Path(out[0].decoding["lm"]).parts[-2:]) if out and out[0].decoding.get("lm") else "",
         "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }
 
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
                     rows.append((name, mode, f"failed: {done.stderr.strip().splitlines()[-1:]}"))
                     continue
                 r = json.loads(done.stdout.strip().splitlines()[-1])
-                lm = f"lm {r['lm']} {r['lm_weight']:g}" if r["lm"] else "no lm"
+                lm = f"LM {r['lm']} weight {r['lm_weight']:g}" if r["lm"] else "no LM"
                 label = f"{mode} ({r['decoding_mode']}, {lm})" if mode.startswith("default") else f"{mode} ({lm})"
                 rows.append((name, label, r))
                 print(name, label, r, file=sys.stderr, flush=True)

@@ -23,40 +23,30 @@ import pytest
 from tests.helpers import CHAR_CORPUS, OVERFIT, SENTENCES, Corpus, built_once, seeded_model, train_to_zero_wer
 
 TESTS = Path(__file__).resolve().parent
-# Process-level modules still outside tests/process/ (recipe runs; builds of the CPU extension killed half-way):
-# marked ``process`` like those inside it.
-PROCESS_MODULES = {
-    "test_recipe_args.py",
-    "test_recipe_corpora.py",
-    "test_recipe_synth_en.py",
-    "test_cpu_extension_build.py",
-}
-
-
 # The longest test files, longest first (measured with --durations on 2 cores): they start first, so that under
 # xdist (--dist loadfile hands out files in collection order) no worker is left with a long file at the end while
 # the others idle.
 LONGEST_FIRST = [
-    "test_recipe_synth_en.py",
-    "test_recipe_corpora.py",
+    "process/test_recipe_synth_en.py",
+    "process/test_recipe_corpora.py",
     "process/test_resume_matrix.py",
     "process/test_training_stops.py",
     "process/test_training_faults.py",
     "process/test_training_acceptance.py",
     "test_reliability_audio.py",
     "test_lm.py",
-    "test_recipe_args.py",
-    "test_cpu_extension_build.py",
+    "process/test_recipe_args.py",
+    "process/test_cpu_extension_build.py",
 ]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests in tests/process/ (and PROCESS_MODULES) ``process``: ``make test-fast`` leaves them out.
+    """Mark the tests in tests/process/ ``process``: ``make test-fast`` leaves them out.
     Run the files of LONGEST_FIRST first (a stable sort: the order within a file is kept)."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     for item in items:
         path = Path(str(item.path))
-        if TESTS / "process" in path.parents or (path.parent == TESTS and path.name in PROCESS_MODULES):
+        if TESTS / "process" in path.parents:
             item.add_marker(pytest.mark.process)
 
     def order(item: pytest.Item) -> int:

@@ -29,7 +29,7 @@ from srupp_asr.manifest import load_cuts
 from srupp_asr.model_dir import load_model
 from srupp_asr.scoring.talks import scored_hypothesis
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ESPEAK = shutil.which("espeak-ng")
 
 pytestmark = pytest.mark.skipif(ESPEAK is None, reason="needs espeak-ng (apt-get install espeak-ng)")

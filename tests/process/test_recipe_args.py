@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAST_STAGE = {"librispeech": 9, "tedlium3": 10, "aishell1": 9, "synth_en": 7}
 RECIPES = list(LAST_STAGE)
 CORPORA = ["librispeech", "tedlium3", "aishell1"]

@@ -13,7 +13,7 @@ import pytest
 
 from srupp_asr.model_dir import load_model
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "recipes" / "synth_en" / "run.sh"
 
 pytestmark = pytest.mark.skipif(

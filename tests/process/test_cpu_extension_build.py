@@ -14,7 +14,7 @@ import pytest
 
 from srupp_asr import kernels
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOAD = "from srupp_asr import kernels; kernels.cpu_extension(); print('loaded')"
 
 
