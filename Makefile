@@ -33,8 +33,8 @@ sysdeps:
 
 # The suite runs in parallel (pytest-xdist, one worker per core up to 4; a test file stays on one worker, so its
 # module fixtures are built once) and prints its 15 slowest tests. `make test` runs every test but the GPU and
-# slow ones; `make test-fast` leaves out the process-level ones too (tests/process/ and the recipe runs: marker
-# `process`), for the edit-test loop.
+# slow ones; `make test-fast` leaves out the process-level ones too (tests/process/: training runs, kill -9,
+# recipe runs; marker `process`), for the edit-test loop.
 PYTEST := $(PY) -m pytest -q -n auto --maxprocesses=4 --dist loadfile --durations=15
 
 test: setup
