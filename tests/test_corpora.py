@@ -16,10 +16,6 @@ import soundfile as sf
 from srupp_asr.cli import main
 from tests.helpers import one_line_error
 
-# ----------------------------------------------------------------------------------------------------
-# moved from tests/test_reliability_commands.py
-
-
 TALKS = {"talk_a": "the cat sat on the mat", "talk_b": "a dog ran in the park", "talk_c": "birds sing at dawn"}
 
 

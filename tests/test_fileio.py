@@ -1,4 +1,5 @@
-"""File-system primitives of :mod:`srupp_asr.fileio`: replacing a whole directory in one step."""
+"""File-system primitives of :mod:`srupp_asr.fileio`: replacing a whole directory in one step, and the temporary
+names of atomic writes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from srupp_asr.fileio import make_temp_dir, replace_dir
+from srupp_asr.fileio import atomic_output, atomic_write_text, make_temp_dir, replace_dir, temp_prefix
 
 NAMES = ("config.yaml", "model.safetensors", "tokenizer.model")
 
@@ -50,3 +51,25 @@ def test_replacing_a_model_directory_never_leaves_the_path_without_a_whole_model
     assert observed and all(observed), observed
     assert all((out / name).read_text() == "second" for name in NAMES)
     assert [p.name for p in tmp_path.iterdir()] == ["model"]  # nothing of the old directory left beside it
+
+
+@pytest.mark.parametrize("length", [237, 238, 246, 255])
+def test_atomic_writes_take_any_name_the_file_system_allows(tmp_path, length):
+    # The temporary name is short and hidden, not the output's name plus 18 bytes (which failed from 238 bytes).
+    path = tmp_path / ("x" * (length - 4) + ".txt")
+    atomic_write_text(path, "hello\n")
+    assert path.read_text() == "hello\n"
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize(
+    ("name", "suffix"),
+    [("talk.flac", ".tmp.flac"), ("cuts.jsonl.gz", ".tmp.jsonl.gz"), ("a." + "b" * 250, ".tmp")],
+)
+def test_atomic_temporary_names_are_hidden_short_and_keep_the_format_suffix(tmp_path, name, suffix):
+    with atomic_output(tmp_path / name) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(temp_prefix()) and tmp.name.endswith(suffix)
+        assert temp_prefix().startswith(".") and len(temp_prefix()) <= 1 + 6 + 1 + 7 + 1  # ".host-pid-"
+        assert len(tmp.name) == len(temp_prefix()) + 8 + len(suffix)  # + mkstemp's 8 random characters + the suffix
+        tmp.write_bytes(b"data")
+    assert [p.name for p in tmp_path.iterdir()] == [name]

@@ -102,7 +102,7 @@ def test_a_corrupt_decode_info_is_an_error_naming_it(exp):
 
 
 # ----------------------------------------------------------------------------------------------------
-# moved from tests/test_reliability_commands.py: summarize --sets
+# summarize --sets
 
 
 @pytest.fixture

@@ -455,7 +455,7 @@ def test_build_without_text_does_not_reuse_a_pool_of_given_sentences(tmp_path, m
 
 
 # ----------------------------------------------------------------------------------------------------
-# moved from tests/test_reliability_commands.py: synth-corpus --text without usable sentences
+# synth-corpus --text without usable sentences
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,9 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -901,3 +903,32 @@ def test_writing_twice_replaces_the_outputs_whole(tmp_path):
     assert read_srt((tmp_path / "talk.srt").read_text()) == [(0.0, 0.5, "short")]
     assert strict_json((tmp_path / "talk.json").read_text())["text"] == "short"
     assert sorted(os.listdir(tmp_path)) == sorted(f"talk.{f}" for f in FORMATS)
+
+
+# ---- a full disk while writing outputs (RLIMIT_FSIZE: write() fails past the limit where ENOSPC would) ----
+
+
+def _limit_file_size() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (60, 60))
+
+
+def test_a_full_disk_while_writing_outputs_leaves_the_previous_ones_intact(model_dir, tmp_path):
+    audio = [tmp_path / "a.wav", tmp_path / "b.wav"]
+    for path in audio:
+        sf.write(path, 0.01 * np.random.default_rng(0).standard_normal(16000).astype(np.float32), 16000)
+    out = tmp_path / "out"
+    out.mkdir()
+    previous = {name: f"previous {name}\n" for name in ("a.json", "b.json")}
+    for name, text in previous.items():
+        (out / name).write_text(text)
+    cmd = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "--model", str(model_dir), "-f", "json", "-o", str(out)]
+    proc = subprocess.run(
+        [*cmd, *map(str, audio)], capture_output=True, text=True, timeout=300, preexec_fn=_limit_file_size
+    )
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert proc.returncode != 0
+    assert len(errors) == 2, proc.stderr
+    for name, line in zip(previous, errors, strict=True):
+        assert str(out / name) in line and "File too large" in line and "Traceback" not in proc.stderr
+    assert {p.name: p.read_text() for p in out.iterdir()} == previous  # untouched, and no temporary file left
