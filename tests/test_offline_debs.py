@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -163,13 +164,24 @@ def test_install_refuses_another_architecture(tmp_path):
 
 
 def test_install_refuses_a_user_other_than_root(tmp_path):
-    argv = ["bash", str(INSTALL), "--root", str(tmp_path), str(tmp_path)]
+    script = INSTALL
+    argv = ["bash", str(script), "--root", str(tmp_path), str(tmp_path)]
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             pytest.skip("needs setpriv (util-linux) to drop root")
-        argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
-    done = _run(argv, cwd="/")
+        # The unprivileged user must be able to read the script: a checkout under a private (0700) folder, such as
+        # one made by mktemp -d, would hide it, so run a copy from a world-readable folder.
+        shared = Path(tempfile.mkdtemp())
+        shared.chmod(0o755)
+        script = Path(shutil.copy(INSTALL, shared / INSTALL.name))
+        script.chmod(0o755)
+        argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(script), *argv[2:]]
+    try:
+        done = _run(argv, cwd="/")
+    finally:
+        if script != INSTALL:
+            shutil.rmtree(script.parent)
     assert done.returncode == 2
     _one_line_error(done, "install_debs.sh", "must run as root")
 
