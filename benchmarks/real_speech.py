@@ -260,13 +260,18 @@ def fine_tune_command(mix_cuts: Path, valid_cuts: Path, exp: Path, steps: int, b
     return [*cmd, "--data.train_cuts", str(mix_cuts), "--data.valid_cuts", str(valid_cuts)]
 
 
-def fine_tune(mix_cuts: Path, valid_cuts: Path, exp: Path, steps: int, base: Path, extra=()) -> tuple[Path, float]:
-    """Fine-tune ``base`` on ``mix_cuts`` for ``steps`` optimizer steps into ``exp``, export the last weights to
-    ``exp/model``; returns (the model, training minutes). A finished row (``exp/model`` and ``exp/row.json``) is
-    reused."""
+def fine_tune(
+    mix_cuts: Path, valid_cuts: Path, exp: Path, steps: int, base: Path, extra=(), max_minutes: float | None = None
+) -> tuple[Path, float]:
+    """Fine-tune ``base`` on ``mix_cuts`` for ``steps`` optimizer steps (or until ``max_minutes`` of training, when
+    given) into ``exp`` and export the last weights to ``exp/model`` with ``base``'s LM (so that the row decodes as
+    ``transcribe`` would decode it); returns (the model, training minutes). A finished row (``exp/model`` and
+    ``exp/row.json``) is reused."""
     model, record = exp / "model", exp / "row.json"
     if (model / "config.yaml").is_file() and record.is_file():
         return model, json.loads(record.read_text())["train_minutes"]
+    if max_minutes is not None:
+        extra = (*extra, "--trainer.max_time", f"00:00:{int(max_minutes)}:00")
     cmd = fine_tune_command(mix_cuts, valid_cuts, exp, steps, base, extra)
     exp.mkdir(parents=True, exist_ok=True)
     print(f"[{exp.name}] fine-tuning for {steps} steps: {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -276,17 +281,26 @@ def fine_tune(mix_cuts: Path, valid_cuts: Path, exp: Path, steps: int, base: Pat
     minutes = (time.perf_counter() - begin) / 60
     last = exp / "checkpoints" / "last.ckpt"
     cli = [sys.executable, "-m", "srupp_asr.cli"]
-    subprocess.run([*cli, "average", "--ckpts", str(last), "--out", str(model)], check=True, capture_output=True)
+    ship_lm = ["--lm", str(base / "lm")] if (base / "lm" / "config.yaml").is_file() else []
+    export = [*cli, "average", "--ckpts", str(last), "--out", str(model), *ship_lm]
+    subprocess.run(export, check=True, capture_output=True)
     done, _ = trained_steps(exp)
     record.write_text(json.dumps({"steps": done, "train_minutes": minutes, "command": cmd}, indent=1) + "\n")
     return model, minutes
 
 
 def ablation(
-    real_dev: Path, work: Path, synth: Path, steps: int, sets: tuple[str, ...], rows: tuple[str, ...] = DEFAULT_ROWS
+    real_dev: Path,
+    work: Path,
+    synth: Path,
+    steps: int,
+    sets: tuple[str, ...],
+    rows: tuple[str, ...] = DEFAULT_ROWS,
+    max_minutes: float | None = None,
 ) -> list[str]:
     """The ablation table: the built-in model, then one fine-tuned row per name in ``rows`` (of
-    :data:`ABLATION_ROWS`), each scored on the real dev ``sets`` and the synthetic corpus's test sets."""
+    :data:`ABLATION_ROWS`), each scored on the real dev ``sets`` and the synthetic corpus's test sets. ``max_minutes``
+    caps each row's training (the table's steps column then says how many it made)."""
     from srupp_asr.inputs import default_model_dir
 
     manifests = import_real_sets(real_dev, work / "manifests", tuple(dict.fromkeys([*sets, "speech_commands", "fsdd"])))
@@ -316,7 +330,8 @@ def ablation(
             if not mix.is_file():
                 training_mix(row.mix, real_train, synth_manifests / "train_cuts.jsonl.gz", mix)
             folder = f"steps{steps}_{_slug(row.name)}"
-            model, minutes = fine_tune(mix, synth_manifests / "dev_cuts.jsonl.gz", work / folder, steps, base, row.args)
+            valid = synth_manifests / "dev_cuts.jsonl.gz"
+            model, minutes = fine_tune(mix, valid, work / folder, steps, base, row.args, max_minutes)
             label, change, done = row.name, row.change, trained_steps(work / folder)[0]
         cells = []
         for set_name, cuts in scored.items():
@@ -358,6 +373,7 @@ def main() -> int:
     p.add_argument("--ablation", action="store_true", help="fine-tune the built-in model on each mix and score it")
     p.add_argument("--synth", type=Path, help="--ablation: a synth-corpus folder (its manifests/ are used)")
     p.add_argument("--steps", type=int, default=30, help="--ablation: optimizer steps per fine-tuned row")
+    p.add_argument("--max-minutes", type=int, help="--ablation: stop a row's training after this many minutes")
     rows = [row.name for row in ABLATION_ROWS]
     p.add_argument("--rows", nargs="+", choices=rows, default=list(DEFAULT_ROWS), help="--ablation: rows to run")
     args = p.parse_args()
@@ -374,7 +390,13 @@ def main() -> int:
             if args.synth is None or not (args.synth / "manifests" / "train_cuts.jsonl.gz").is_file():
                 raise UserError(f"--ablation needs --synth DIR, a synth-corpus folder (got {args.synth})")
             lines = ablation(
-                real_dev, args.exp / "ablation", args.synth, args.steps, tuple(args.sets), tuple(args.rows)
+                real_dev,
+                args.exp / "ablation",
+                args.synth,
+                args.steps,
+                tuple(args.sets),
+                tuple(args.rows),
+                args.max_minutes,
             )
         else:
             models = {"built-in": default_model_dir()} if not args.model else {_label(m): m for m in args.model}
