@@ -15,10 +15,12 @@ at once):
   by chunk and joined at word boundaries (:mod:`srupp_asr.longform`): overlapping chunks, or with ``vad=True``
   cuts in silences found by an energy detector.
 
-A file that cannot be read (missing, empty, not audio, truncated) is reported through ``on_error`` with a
-one-line reason and the others are still transcribed. Module-level imports stay light (no torch), so
-``srupp-asr transcribe --help`` starts fast and ``srupp_asr`` can export :func:`transcribe`. The inputs are found
-by :mod:`srupp_asr.inputs`; the decoding settings and their arguments are :mod:`srupp_asr.decoding.cli`'s.
+The decoding itself is :class:`srupp_asr.decoding.batch.BatchDecoder`'s, which ``evaluate`` shares; this module
+finds and probes the inputs, makes the transcripts and writes them. A file that cannot be read (missing, empty, not
+audio, truncated) is reported through ``on_error`` with a one-line reason and the others are still transcribed.
+Module-level imports stay light (no torch), so ``srupp-asr transcribe --help`` starts fast and ``srupp_asr`` can
+export :func:`transcribe`. The inputs are found by :mod:`srupp_asr.inputs`; the decoding settings and their
+arguments are :mod:`srupp_asr.decoding.cli`'s.
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from srupp_asr.decoding.batch import BatchDecoder, Batching, LoadedModel, Recording
 from srupp_asr.decoding.cli import (
     DEFAULT_BATCH_SIZE,
-    DEFAULT_DECODING,
+    DEFAULT_OPTIONS,
     add_decoding_arguments,
-    check_lm_flags,
     choose_lm,
-    decoding_options,
+    fused_options,
+    requested_options,
 )
 from srupp_asr.errors import UserError, first_line
 from srupp_asr.inputs import default_model_candidates, find_inputs
@@ -64,15 +67,9 @@ from srupp_asr.writers import (
 )
 
 if TYPE_CHECKING:
-    import torch
-
-    from srupp_asr.api import Model
-    from srupp_asr.audio import AudioReader
-    from srupp_asr.decoding import DecodingOptions, Hypothesis
-    from srupp_asr.lm import SRUppLM
-    from srupp_asr.longform import Chunk
-    from srupp_asr.model import ASRModel
-    from srupp_asr.tokenizer import Tokenizer
+    from srupp_asr.audio import SamplesReader
+    from srupp_asr.decoding import DecodingOptions
+    from srupp_asr.decoding.batch import AudioSource, Decoded
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +78,6 @@ MAX_CHUNK_SECONDS = 600.0  # the most audio decoded at once (a whole file, a chu
 # 25 ms not one feature frame: nothing); 10^9 s is beyond any memory (and inf cannot be counted in samples).
 CHUNK_SECONDS_RANGE = (1.0, 1e9)
 CHUNK_OVERLAP = 10.0  # seconds shared by neighbouring chunks (at most a quarter of a chunk by default)
-# The attention modes (joint, rescoring) decode a recording longer than this in pieces cut at pauses (the energy
-# VAD), several pieces at a time: the attention decoder was trained on sentences and drifts on minutes of audio,
-# and pieces keep the memory flat at any length. Where no pause comes within a piece, overlapping pieces.
-ATTENTION_PIECE_SECONDS = 10.0
-ATTENTION_MODES = ("joint", "rescoring")
-VAD_BLOCK_SECONDS = 30.0  # the VAD reads the recording in blocks of this length
 # Whisper's --language values that mean English (the only language of srupp-asr's models and text normalisation)
 ENGLISH = ("en", "english")
 # The bar counts seconds of audio; its rate is audio seconds per wall second (the inverse real-time factor).
@@ -96,224 +87,34 @@ PROGRESS = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of audio [{e
 # ------------------------------------------------------------------------------------------ the work
 
 
-class UnusableModel(UserError):
-    """The model cannot decode as asked (a mode that needs a head the model lacks): no file can be transcribed."""
-
-
 @dataclass
 class _Job:
-    """One input file: where it is, its output name, length (once probed) and a warning about its audio (once
-    decoded)."""
+    """One input file: where it is, its output name, its samples when given in memory, and its length (once
+    probed)."""
 
-    index: int
     path: str
     name: str
+    samples: SamplesReader | None = None
     num_samples: int = 0
-    warning: str | None = None
-    samples: Any = None  # a SamplesReader when the audio was given as samples, not a file
 
+    def open(self) -> AudioSource:
+        """A reader of the audio at 16 kHz: its samples in memory, or its file (:class:`AudioReader`)."""
+        from srupp_asr.audio import AudioReader
 
-def _open(job: _Job) -> Any:
-    """A reader of ``job``'s audio at 16 kHz: its samples in memory, or its file (:class:`AudioReader`)."""
-    from srupp_asr.audio import AudioReader
-
-    return job.samples if job.samples is not None else AudioReader(job.path)
-
-
-class _Transcriber:
-    """Decodes jobs with one loaded model; holds the options every file shares."""
-
-    def __init__(
-        self,
-        model: ASRModel,
-        tokenizer: Tokenizer,
-        options: DecodingOptions,
-        lm: SRUppLM | None,
-        model_dir: str,
-        max_chunk_seconds: float,
-        chunk_overlap: float,
-        vad: bool,
-        max_segment_words: int,
-        segment_pause: float,
-        batch_size: int = 1,
-    ) -> None:
-        from srupp_asr.audio import SAMPLE_RATE
-
-        self.model, self.tokenizer, self.options, self.model_dir = model, tokenizer, options, model_dir
-        self.lm = lm
-        self.lm_name: str | None = None  # the fused LM's directory, stated in every transcript's decoding settings
-        self.rate = SAMPLE_RATE
-        self.max_samples = int(max_chunk_seconds * SAMPLE_RATE)
-        self.overlap_samples = int(chunk_overlap * SAMPLE_RATE)
-        self.vad = vad
-        self.batch_size = batch_size
-        # The longest file decoded whole, and the chunks of longer ones (pieces cut at pauses in the attention modes)
-        self.piece_samples = self.max_samples
-        if options.mode in ATTENTION_MODES and self.max_samples > ATTENTION_PIECE_SECONDS * SAMPLE_RATE:
-            self.piece_samples = int(ATTENTION_PIECE_SECONDS * SAMPLE_RATE)
-            self.overlap_samples = min(self.overlap_samples, self.piece_samples // 4)
-            self.vad = True
-        self.max_segment_words, self.segment_pause = max_segment_words, segment_pause
-        self.device = next(model.parameters()).device
-
-    def decode(self, wavs: Sequence[torch.Tensor]) -> list[Hypothesis]:
-        """Hypotheses of a batch of 16 kHz waveforms."""
-        import torch
-        from torch.nn.utils.rnn import pad_sequence
-
-        from srupp_asr.decoding import decode
-
-        audio = pad_sequence(list(wavs), batch_first=True).to(self.device)
-        lens = torch.tensor([w.numel() for w in wavs], device=self.device)
-        try:
-            with torch.inference_mode():
-                return decode(self.model, self.tokenizer, audio, lens, self.options, self.lm)
-        except ValueError as err:  # the model lacks the CTC head or decoder the mode needs
-            raise UnusableModel(f"{self.model_dir}: {err}") from None
-
-    def transcript(
-        self, job: _Job, words: list[Any], text: str, chunks: list[tuple[float, float]], seconds: float
-    ) -> Transcript:
-        """The transcript of ``job`` from its words (absolute times) or, without words, its text."""
-        duration = job.num_samples / self.rate
-        if words:
-            segments = segment_words(words, self.max_segment_words, self.segment_pause)
-        else:
-            segments = [Segment(0.0, duration, text)] if text else []
-        return Transcript(
-            path=job.path,
-            duration=duration,
-            text=transcript_text(segments),
-            segments=segments,
-            model=self.model_dir,
-            decoding={**dataclasses.asdict(self.options), **({"lm": self.lm_name} if self.lm_name else {})},
-            chunks=chunks,
-            processing_seconds=seconds,
-        )
-
-    def batches(self, jobs: Sequence[_Job], batch_size: int) -> list[list[_Job]]:
-        """Whole-file jobs grouped longest first: at most ``batch_size`` per batch, padded length within budget."""
-        batches: list[list[_Job]] = []
-        for job in sorted(jobs, key=lambda j: (-j.num_samples, j.index)):
-            # Longest first, so the batch's first job sets its padded length.
-            if (
-                batches
-                and len(batches[-1]) < batch_size
-                and (len(batches[-1]) + 1) * batches[-1][0].num_samples <= (self.max_samples)
-            ):
-                batches[-1].append(job)
-            else:
-                batches.append([job])
-        return batches
-
-    def load(self, job: _Job) -> torch.Tensor:
-        """The whole waveform of ``job``'s file (as :func:`srupp_asr.audio.load_audio`), noting its level warning."""
-        with _open(job) as reader:
-            wav = reader.read(0, reader.num_samples)
-            job.warning = reader.level_warning()
-        return wav
-
-    def run_batch(self, batch: Sequence[_Job]) -> list[Transcript]:
-        """Transcripts of whole files decoded together (UserError when one cannot be read: the caller retries
-        them one by one)."""
-        begin = time.perf_counter()
-        wavs = [self.load(job) for job in batch]
-        for job, wav in zip(batch, wavs, strict=True):
-            job.num_samples = wav.numel()  # MP3 and some Ogg headers only estimate the length
-        hyps = self.decode(wavs)
-        words = [self.timed_words(h, wav) for h, wav in zip(hyps, wavs, strict=True)]
-        spent = time.perf_counter() - begin
-        total = sum(job.num_samples for job in batch) or 1
-        return [
-            self.transcript(job, w, h.text, [(0.0, job.num_samples / self.rate)], spent * job.num_samples / total)
-            for job, h, w in zip(batch, hyps, words, strict=True)
-        ]
-
-    def timed_words(self, hyp: Hypothesis, wav: torch.Tensor) -> list[Any]:
-        """The words of ``hyp`` decoded from ``wav``, those the model put in its leading silence moved to where the
-        sound starts (:func:`srupp_asr.longform.place_after_leading_silence`)."""
-        from srupp_asr import longform
-
-        onset = longform.leading_silence(wav.cpu().numpy(), self.rate) if hyp.words else 0.0
-        return longform.place_after_leading_silence(hyp.words, onset)
-
-    def plan(self, reader: AudioReader) -> tuple[list[Chunk], list[tuple[int, int]]]:
-        """The chunks of a recording longer than the budget, and the silences the VAD found (none without it)."""
-        from srupp_asr import longform
-
-        silences = None
-        if self.vad:
-            frame = round(longform.VAD_FRAME_SECONDS * self.rate)
-            block = round(VAD_BLOCK_SECONDS / longform.VAD_FRAME_SECONDS) * frame
-            blocks = (wav.numpy() for _, wav in reader.blocks(block))
-            min_frames = round(longform.MIN_SILENCE / longform.VAD_FRAME_SECONDS)
-            silences = longform.silences_from_blocks(blocks, frame, min_frames)
-        chunks = longform.plan_chunks(reader.num_samples, self.piece_samples, self.overlap_samples, silences)
-        return chunks, silences or []
-
-    def run_long(self, job: _Job, progress: Callable[[float], None]) -> Transcript:
-        """Transcript of a recording decoded chunk by chunk, read from disk one chunk at a time; up to
-        ``batch_size`` chunks (their padded length within the budget) are decoded together."""
-        from srupp_asr import longform
-
-        begin = time.perf_counter()
-        with _open(job) as reader:  # a file, or samples given in memory (srupp_asr.api)
-            chunks, silences = self.plan(reader)
-            spans = [c.seconds(self.rate) for c in chunks]
-            words: list[list[Any]] = []
-            texts: list[str] = []
-            pending: list[tuple[int, Chunk, torch.Tensor]] = []
-            end = 0
-
-            def flush() -> None:
-                hyps = self.decode([wav for _, _, wav in pending])
-                for (i, _, wav), hyp in zip(pending, hyps, strict=True):
-                    words[i] = longform.shift_words(self.timed_words(hyp, wav), spans[i][0])
-                    texts[i] = hyp.text
-                progress(sum(chunk.end - chunk.start for _, chunk, _ in pending) / self.rate)
-                pending.clear()
-
-            for i, chunk in enumerate(chunks):
-                wav = reader.read(chunk.start, chunk.end)
-                if wav.numel() == 0:  # an MP3 or Ogg header overstated the length: the audio has ended
-                    break
-                end = max(end, chunk.start + wav.numel())
-                words.append([])
-                texts.append("")
-                if any(a <= chunk.start and chunk.end <= b for a, b in silences):
-                    # A piece the VAD found silent holds no words: decoded, a model can only make some up.
-                    progress((chunk.end - chunk.start) / self.rate)
-                    continue
-                longest = max([wav.numel()] + [w.numel() for _, _, w in pending])
-                if pending and (len(pending) >= self.batch_size or (len(pending) + 1) * longest > self.max_samples):
-                    flush()
-                pending.append((i, chunk, wav))
-            if pending:
-                flush()
-            job.warning = reader.level_warning()
-        if end < job.num_samples:  # only what was decoded counts
-            job.num_samples = end
-            spans = [(a, min(b, end / self.rate)) for a, b in spans[: len(words)]]
-        merged = longform.merge_chunk_words(spans, words)
-        text = " ".join(t for t in texts if t)
-        return self.transcript(job, merged, text, spans, time.perf_counter() - begin)
+        return self.samples if self.samples is not None else AudioReader(self.path)
 
 
 def transcribe(
     inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Any,
-    model: str | os.PathLike[str] | Model | None = None,
+    model: str | os.PathLike[str] | LoadedModel | None = None,
     *,
+    options: DecodingOptions = DEFAULT_OPTIONS,
     sample_rate: int | None = None,
     output_dir: str | os.PathLike[str] | None = None,
     output_format: str | Sequence[str] = "txt",
     device: str = "auto",
     batch_size: int = DEFAULT_BATCH_SIZE,
-    decoding: str = DEFAULT_DECODING,
-    beam: int | None = None,
-    ctc_weight: float | None = None,
-    length_penalty: float | None = None,
     lm: str | os.PathLike[str] | None = None,
-    lm_weight: float | None = None,
     no_lm: bool = False,
     threads: int | None = None,
     max_chunk_seconds: float = MAX_CHUNK_SECONDS,
@@ -325,6 +126,7 @@ def transcribe(
     on_error: Callable[[str], None] | None = None,
     on_transcript: Callable[[Transcript], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    **decode_options: Any,
 ) -> list[Transcript]:
     """Transcribe audio files (or directories, or ``@LIST`` files) with a model directory (default: the built-in
     model); returns the transcripts of the files that could be read, in input order.
@@ -335,12 +137,14 @@ def transcribe(
     its own).
 
     ``output_dir`` set: each transcript is also written there as ``<stem>.<format>`` for each of ``output_format``
-    (``"txt,srt"``, ``"all"``, or a list), atomically. ``decoding``, ``beam``, ``ctc_weight`` and
-    ``length_penalty`` are :class:`srupp_asr.decoding.DecodingOptions` (None: its default). Shallow fusion: the
-    model directory's own LM (``MODEL_DIR/lm``) with its recorded weight by default; ``lm`` another LM directory
-    (``srupp-asr train-lm``); ``lm_weight`` overrides the weight (0: no LM); ``no_lm`` decodes without one (see
-    :func:`choose_lm`). The fused LM's directory is in each transcript's ``decoding["lm"]``. ``on_error(message)``
-    gets a one-line ``"PATH: reason"`` per file that cannot be transcribed; without it the first such file raises
+    (``"txt,srt"``, ``"all"``, or a list), atomically. ``options`` is the
+    :class:`~srupp_asr.decoding.DecodingOptions` (default ``joint``, the fused LM's own weight); as in whisper,
+    ``**decode_options`` set its fields instead (``beam=5``; ``decoding`` is ``mode``; None leaves a field as it
+    is), over ``options`` when both are given. Shallow fusion: the model directory's own LM (``MODEL_DIR/lm``) with
+    its recorded weight by default; ``lm`` another LM directory (``srupp-asr train-lm``); ``lm_weight`` overrides
+    the weight (0: no LM); ``no_lm`` decodes without one (see :func:`~srupp_asr.decoding.cli.choose_lm`). The fused
+    LM's directory is in each transcript's ``decoding["lm"]``. ``on_error(message)`` gets a one-line
+    ``"PATH: reason"`` per file that cannot be transcribed, in input order; without it the first such file raises
     :class:`UserError`. ``on_transcript`` is called with each transcript in input order as soon as it is ready.
     ``on_warning(message)`` gets a one-line ``"PATH: reason"`` per file transcribed despite a problem (samples far
     beyond full scale, clipped); without it the warning is logged.
@@ -348,14 +152,14 @@ def transcribe(
     import torch
     from tqdm import tqdm
 
-    from srupp_asr.api import Model, samples_readers
+    from srupp_asr.audio import SAMPLE_RATE
 
     formats = parse_formats(output_format)
     if chunk_overlap is None:
         chunk_overlap = min(CHUNK_OVERLAP, max_chunk_seconds / 4)
     _check_settings(batch_size, threads, max_chunk_seconds, chunk_overlap, max_segment_words, segment_pause)
-    check_lm_flags(lm, lm_weight, no_lm)
-    decoding_options(decoding, beam, ctc_weight, length_penalty)  # checked before anything is read
+    # checked before anything is read; the LM weight applies once the LM is chosen
+    options, lm_weight = requested_options("transcribe", options, decode_options, lm, no_lm)
     given = samples_readers(inputs, sample_rate)  # None: inputs are paths
     if given is None and isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
@@ -374,111 +178,115 @@ def transcribe(
     if threads:
         torch.set_num_threads(threads)
     folder_lock = OutputDirLock(output_dir)  # one transcribe per output folder (released as this returns)
-    loaded = model if isinstance(model, Model) else Model.load(model, device)
-    choice = choose_lm(loaded.model_dir, decoding, lm, lm_weight, no_lm)
-    options = decoding_options(decoding, beam, ctc_weight, length_penalty, choice.path, choice.weight)
+    loaded = model if isinstance(model, LoadedModel) else LoadedModel.load(model, device)
+    choice = choose_lm(loaded.model_dir, options.mode, lm, lm_weight, no_lm)
+    options = fused_options(options, choice)
     fusion_lm = loaded.fusion_lm(choice.path) if choice.path is not None else None
     log.info("%s", choice.describe())
-    worker = _Transcriber(
-        loaded.net,
-        loaded.tokenizer,
-        options,
-        fusion_lm,
-        loaded.model_dir,
-        max_chunk_seconds,
-        chunk_overlap,
-        vad,
-        max_segment_words,
-        segment_pause,
-        batch_size,
-    )
-    worker.lm_name = str(choice.path) if choice.path is not None else None
+    batching = Batching.chunked(options, batch_size, max_chunk_seconds, chunk_overlap, vad)
+    decoder = BatchDecoder(loaded.net, loaded.tokenizer, options, fusion_lm, batching, loaded.model_dir)
+    settings = {**dataclasses.asdict(options), **({"lm": str(choice.path)} if choice.path is not None else {})}
 
-    jobs = [_Job(i, path, name) for i, (path, name) in enumerate(zip(files, output_names(files), strict=True))]
+    jobs = [_Job(path, name) for path, name in zip(files, output_names(files), strict=True)]
     for job, reader in zip(jobs, readers, strict=False):
         job.samples = reader
-    in_order = _InOrder(on_transcript)
+    done: list[Transcript] = []
 
-    def finish(job: _Job, transcript: Transcript | None) -> None:
-        if transcript is not None and job.warning is not None:
+    def finish(job: _Job, result: Decoded) -> None:
+        if result.error is not None:
+            _report_failure(job.path, result.error, report)
+            return
+        transcript = _transcript(job.path, result, loaded.model_dir, dict(settings), max_segment_words, segment_pause)
+        if result.warning is not None:
             if on_warning is None:
-                log.warning("%s", job.warning)
+                log.warning("%s", result.warning)
             else:
-                on_warning(job.warning)
-        if transcript is not None and output_dir is not None:
+                on_warning(result.warning)
+        if output_dir is not None:
             try:
                 write_transcript(transcript, output_dir, job.name, formats)
             except UserError as err:  # a full disk or a read-only folder: this file failed, the others go on
                 report(str(err))
-                transcript = None
-        in_order.add(job.index, transcript)
+                return
+        done.append(transcript)
+        if on_transcript is not None:
+            on_transcript(transcript)
 
     readable: list[_Job] = []
     for job in jobs:
         try:
-            with _open(job) as reader:
+            with job.open() as reader:
                 job.num_samples = reader.num_samples
             readable.append(job)
         except UserError as err:
             report(str(err))
-            finish(job, None)
 
-    total = sum(job.num_samples for job in readable) / worker.rate
-    short = [job for job in readable if job.num_samples <= worker.piece_samples]
-    long = [job for job in readable if job.num_samples > worker.piece_samples]
+    total = sum(job.num_samples for job in readable) / SAMPLE_RATE
+    recordings = [Recording(job.path, job.num_samples, job.open) for job in readable]
     bar = tqdm(total=total, desc="transcribing", unit="s", disable=not progress, file=sys.stderr, bar_format=PROGRESS)
     with bar:
-        for batch in worker.batches(short, batch_size):
-            try:
-                transcripts = worker.run_batch(batch)
-            except UnusableModel:
-                raise
-            except Exception:  # a file could not be decoded after all: find it and keep the others
-                transcripts = [_or_report(job, lambda job=job: worker.run_batch([job])[0], report) for job in batch]
-            for job, transcript in zip(batch, transcripts, strict=True):
-                finish(job, transcript)
-            bar.update(sum(job.num_samples for job in batch) / worker.rate)
-        for job in long:
-            finish(job, _or_report(job, lambda job=job: worker.run_long(job, bar.update), report))
+        for job, result in zip(readable, decoder.run(recordings, bar.update), strict=True):
+            finish(job, result)
     folder_lock.release()
-    return in_order.done
+    return done
 
 
-def _or_report(job: _Job, work: Callable[[], Transcript], report: Callable[[str], None]) -> Transcript | None:
-    """``work()``, or None after reporting what went wrong with ``job``'s file: its UserError, or, for an
-    unexpected error (a bug), one line naming the file and the error, so that one file never stops a batch."""
-    try:
-        return work()
-    except UnusableModel:
-        raise
-    except UserError as err:
+def _transcript(
+    path: str, result: Decoded, model_dir: str, decoding: dict[str, Any], max_segment_words: int, segment_pause: float
+) -> Transcript:
+    """The transcript of a decoded file from its words (absolute times) or, without words, its text."""
+    from srupp_asr.audio import SAMPLE_RATE
+
+    duration = result.num_samples / SAMPLE_RATE
+    if result.words:
+        segments = segment_words(result.words, max_segment_words, segment_pause)
+    else:
+        segments = [Segment(0.0, duration, result.text)] if result.text else []
+    return Transcript(
+        path=path,
+        duration=duration,
+        text=transcript_text(segments),
+        segments=segments,
+        model=model_dir,
+        decoding=decoding,
+        chunks=result.chunks,
+        processing_seconds=result.seconds,
+    )
+
+
+def _report_failure(path: str, err: Exception, report: Callable[[str], None]) -> None:
+    """Report what went wrong with the file ``path``: its UserError, or, for an unexpected error (a bug), one line
+    naming the file and the error, so that one file never stops a batch."""
+    if isinstance(err, UserError):
         report(str(err))
-    except Exception as err:  # any failure on one file is that file's: the batch goes on
-        log.debug("transcribing %s failed", job.path, exc_info=True)
-        detail = first_line(err)
-        report(f"{printable(job.path)}: internal error ({type(err).__name__}: {detail}); please report it")
-    return None
+        return
+    log.debug("transcribing %s failed", path, exc_info=err)
+    report(f"{printable(path)}: internal error ({type(err).__name__}: {first_line(err)}); please report it")
 
 
-class _InOrder:
-    """Collects transcripts arriving in any order and hands them over in input order."""
+def samples_readers(audio: Any, sample_rate: int | None) -> tuple[list[SamplesReader], list[str]] | None:
+    """``audio`` as samples in memory: the readers of the arrays that can be used and one-line problems for those
+    that cannot (named ``samples-N`` by position); None when ``audio`` holds paths, not samples. A list mixing
+    the two, or a ``sample_rate`` given with paths, is a UserError."""
+    from srupp_asr.audio import SamplesReader, is_samples
 
-    def __init__(self, callback: Callable[[Transcript], None] | None) -> None:
-        self.callback = callback
-        self.pending: dict[int, Transcript | None] = {}
-        self.next = 0
-        self.done: list[Transcript] = []
-
-    def add(self, index: int, transcript: Transcript | None) -> None:
-        """Record the result of input ``index`` (None: it failed) and hand over all that are now in order."""
-        self.pending[index] = transcript
-        while self.next in self.pending:
-            ready = self.pending.pop(self.next)
-            self.next += 1
-            if ready is not None:
-                self.done.append(ready)
-                if self.callback is not None:
-                    self.callback(ready)
+    if is_samples(audio):
+        items = [audio]
+    elif isinstance(audio, Sequence) and not isinstance(audio, str | bytes) and any(map(is_samples, audio)):
+        items = list(audio)
+        if not all(map(is_samples, items)):
+            raise UserError("give either paths or sample arrays to transcribe, not both in one list")
+    else:
+        if sample_rate is not None:
+            raise UserError("sample_rate is for samples given as arrays: files carry their own rate")
+        return None
+    readers, problems = [], []
+    for i, samples in enumerate(items, 1):
+        try:
+            readers.append(SamplesReader(samples, sample_rate, name=f"samples-{i}"))
+        except UserError as err:
+            problems.append(str(err))
+    return readers, problems
 
 
 def _check_settings(

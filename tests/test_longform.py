@@ -206,7 +206,8 @@ def test_joint_by_default_decodes_a_long_recording_in_pieces_cut_at_pauses(overf
     import tqdm
 
     from srupp_asr.audio import SAMPLE_RATE, load_audio
-    from srupp_asr.transcribe import ATTENTION_PIECE_SECONDS, transcribe
+    from srupp_asr.decoding.batch import ATTENTION_PIECE_SECONDS
+    from srupp_asr.transcribe import transcribe
 
     model, utts = overfit_model_dir
     pieces, pauses, seconds = [], [], 0.0

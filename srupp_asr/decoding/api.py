@@ -44,8 +44,8 @@ def decode(
     lm: SRUppLM | None = None,
 ) -> list[Hypothesis]:
     """The best hypothesis of each utterance of ``audio`` ``(B, S)`` (16 kHz, valid up to ``audio_lens`` ``(B,)``),
-    decoded on the model's device. Put the model (and ``lm``, used when ``options.lm_weight > 0``) in eval mode first
-    (``load_model`` and ``load_lm`` do)."""
+    decoded on the model's device. Put the model (and ``lm``, used when ``options.lm_weight`` is above 0) in eval
+    mode first (``load_model`` and ``load_lm`` do)."""
     options = options or DecodingOptions()
     _check_model(model, options, lm)  # before the encoder runs
     device = next(model.parameters()).device
@@ -70,7 +70,7 @@ def decode_encoded(
         log_probs = model.ctc_log_probs(enc) if model.ctc is not None else None
         if log_probs is not None:  # a NaN (a broken model or input) is an impossible label, as in beam_search
             log_probs = log_probs.nan_to_num(nan=NEG_INF, neginf=NEG_INF)
-        results = _search(model, enc, enc_lens, log_probs, options, lm if options.lm_weight > 0 else None)
+        results = _search(model, enc, enc_lens, log_probs, options, lm if options.fusion_weight > 0 else None)
         cpu_log_probs = log_probs.cpu() if log_probs is not None else None
         shift = model.frame_shift
         out = []
@@ -89,9 +89,9 @@ def decode_encoded(
 def _check_model(model: ASRModel, options: DecodingOptions, lm: SRUppLM | None = None) -> None:
     """A ValueError when ``model`` lacks the CTC head or the decoder that ``options`` need, or the LM is missing or
     has another vocabulary."""
-    if options.lm_weight > 0 and lm is None:
+    if options.fusion_weight > 0 and lm is None:
         raise ValueError(f"lm_weight={options.lm_weight} needs a language model (none given)")
-    if options.lm_weight > 0 and lm.vocab_size != model.vocab_size:
+    if options.fusion_weight > 0 and lm.vocab_size != model.vocab_size:
         raise ValueError(f"the LM has {lm.vocab_size} tokens, the model {model.vocab_size}")
     needs_ctc = options.mode in ("ctc_greedy", "ctc_prefix_beam", "rescoring") or (
         options.mode == "joint" and options.ctc_weight > 0.0
@@ -132,7 +132,7 @@ def _search(
         else:  # the attention score has no weight (and the model may have no decoder)
             att = [[0.0] * len(hyps) for hyps in nbest]
         lm_nbest = lm_scores(lm, [[y for y, _ in hyps] for hyps in nbest]) if lm is not None else None
-        ranked = rescore(nbest, att, options.ctc_weight, options.length_penalty, lm_nbest, options.lm_weight)
+        ranked = rescore(nbest, att, options.ctc_weight, options.length_penalty, lm_nbest, options.fusion_weight)
         return [hyps[: options.nbest] for hyps in ranked]
     ctc_weight = 1.0 if options.mode == "ctc_prefix_beam" else options.ctc_weight  # (with an LM)
     scorers: list[tuple[Scorer, float]] = []
@@ -141,7 +141,7 @@ def _search(
     if ctc_weight > 0.0:
         scorers.append((CTCPrefixScorer(log_probs, enc_lens), ctc_weight))
     if lm is not None:
-        scorers.append((LMScorer(lm), options.lm_weight))
+        scorers.append((LMScorer(lm), options.fusion_weight))
     if options.maxlen_ratio > 0:
         max_lengths = (options.maxlen_ratio * enc_lens.float()).long().clamp(min=1)
     else:

@@ -1,27 +1,32 @@
-"""The decoding settings on the command line, shared by ``transcribe`` and ``evaluate``: the arguments
-(:func:`add_decoding_arguments`), their :class:`~srupp_asr.decoding.DecodingOptions` (:func:`decoding_options`),
-the device, and which LM to fuse (:func:`choose_lm`: ``--lm``, else the model directory's own ``lm/``). Light to
-import (no torch), so ``--help`` starts fast."""
+"""The decoding settings of ``transcribe`` and ``evaluate``, on the command line and in Python: the arguments
+(:func:`add_decoding_arguments`), the default :class:`~srupp_asr.decoding.DecodingOptions` (:data:`DEFAULT_OPTIONS`)
+and the keywords that change them (:func:`requested_options`), the device, and which LM to fuse
+(:func:`choose_lm`: ``--lm``, else the model directory's own ``lm/``; :func:`fused_options`). Light to import (no
+torch), so ``--help`` starts fast."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from srupp_asr.decoding.options import MODES
+from srupp_asr.decoding.options import MODES, DecodingOptions
 from srupp_asr.errors import UserError
 
 if TYPE_CHECKING:
-    from srupp_asr.decoding import DecodingOptions
     from srupp_asr.lm import SRUppLM
     from srupp_asr.tokenizer import Tokenizer
 
 DEFAULT_DECODING = "joint"  # the most accurate mode; long recordings are cut at pauses into pieces for it
 DEFAULT_BATCH_SIZE = 8
+# What transcribe() and evaluate() decode with unless told otherwise; the LM weight is the fused LM's own (None)
+DEFAULT_OPTIONS = DecodingOptions(mode=DEFAULT_DECODING)
+# The keywords transcribe() and evaluate() take as decoding options: the fields, and decoding (the mode's CLI name)
+OPTION_NAMES = (*(f.name for f in dataclasses.fields(DecodingOptions)), "decoding")
 # with --lm and no --lm-weight, when the LM directory records no weight of its own (a model directory's lm/ does;
 # ESPnet's LibriSpeech recipes use 0.3-0.6)
 DEFAULT_LM_WEIGHT = 0.3
@@ -65,28 +70,39 @@ def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
     p.add_argument("--no-lm", action="store_true", help="decode without a language model (not the model's lm/ either)")
 
 
-def decoding_options(
-    decoding: str,
-    beam: int | None = None,
-    ctc_weight: float | None = None,
-    length_penalty: float | None = None,
+def requested_options(
+    caller: str,
+    options: DecodingOptions,
+    decode_options: dict[str, Any],
     lm: str | os.PathLike[str] | None = None,
-    lm_weight: float | None = None,
-) -> DecodingOptions:
-    """:class:`srupp_asr.decoding.DecodingOptions` from the command-line values (None: the default; with an
-    ``lm``, ``lm_weight`` defaults to :data:`DEFAULT_LM_WEIGHT`); a bad value is a one-line UserError. ``lm`` is
-    the LM to be fused (see :func:`choose_lm`), not yet the model directory's own."""
-    from srupp_asr.decoding import DecodingOptions
-
-    if lm_weight and lm is None:
-        raise UserError("decoding options: --lm-weight needs --lm (an LM directory)")
-    if lm is None:
-        lm_weight = None
-    elif lm_weight is None:
-        lm_weight = DEFAULT_LM_WEIGHT
-    given = {"beam": beam, "ctc_weight": ctc_weight, "length_penalty": length_penalty, "lm_weight": lm_weight}
+    no_lm: bool = False,
+) -> tuple[DecodingOptions, float | None]:
+    """The decoding options ``caller`` (``transcribe`` or ``evaluate``) was asked for: ``options`` with the keywords
+    of ``decode_options`` (:class:`~srupp_asr.decoding.DecodingOptions` fields, or ``decoding`` for ``mode``; None
+    leaves a field as it is), and their ``lm_weight`` apart (None: the fused LM's own), which applies once the LM is
+    chosen (:func:`fused_options`). The LM settings are checked first (:func:`check_lm_flags`); a bad value is a
+    one-line UserError, an unknown keyword a TypeError."""
+    given = {k: v for k, v in decode_options.items() if v is not None}
+    for name in given:
+        if name not in OPTION_NAMES:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+    if "decoding" in given:
+        if "mode" in given:
+            raise TypeError(f"{caller}() takes the mode once: as decoding= or as mode=, not both")
+        given["mode"] = given.pop("decoding")
+    lm_weight = given.pop("lm_weight", options.lm_weight)
+    check_lm_flags(lm, lm_weight, no_lm)
     try:
-        return DecodingOptions(mode=decoding, **{k: v for k, v in given.items() if v is not None})
+        return dataclasses.replace(options, lm_weight=None, **given), lm_weight
+    except ValueError as err:
+        raise UserError(f"decoding options: {err}") from None
+
+
+def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions:
+    """``options`` with the weight of the LM ``choice`` fuses (0 without one); a one-line UserError when the mode
+    takes no LM."""
+    try:
+        return dataclasses.replace(options, lm_weight=choice.weight if choice.path is not None else 0.0)
     except ValueError as err:
         raise UserError(f"decoding options: {err}") from None
 
@@ -128,7 +144,7 @@ def choose_lm(
     """Which LM to fuse, and with what weight: ``lm`` when given, else the model directory's own ``lm/``; its weight
     ``lm_weight`` when given, else the one recorded in the LM's config.yaml (the model directory's LM always has
     one), else :data:`DEFAULT_LM_WEIGHT`. ``no_lm`` or a weight of 0: none. ``ctc_greedy`` ignores the model's own
-    LM (it takes none) unless a weight is asked for, which :func:`decoding_options` then refuses, as it refuses
+    LM (it takes none) unless a weight is asked for, which :func:`fused_options` then refuses, as it refuses
     ``lm`` with ``ctc_greedy``."""
     from srupp_asr.lm import LM_SUBDIR, read_fusion_weight
 

@@ -29,7 +29,9 @@ class DecodingOptions:
     - ``lm_weight``: shallow fusion with an SRU++ LM (given to the decoding functions): ``lm_weight * log P_lm`` is
       added to every hypothesis' score, during the search (``joint``; ``ctc_prefix_beam`` then runs the
       label-synchronous search with the CTC prefix scorer and the LM) or to each n-best entry (``rescoring``).
-      0 decodes without an LM; ``ctc_greedy`` takes none.
+      0 decodes without an LM; ``ctc_greedy`` takes none. None (the default): not chosen here; :func:`decode`
+      then fuses no LM, and ``transcribe`` / ``evaluate`` use the weight recorded with the LM they fuse (the model
+      directory's own ``lm/`` by default, see :func:`srupp_asr.decoding.cli.choose_lm`).
     """
 
     mode: Mode = "ctc_greedy"
@@ -38,7 +40,7 @@ class DecodingOptions:
     length_penalty: float = 0.0
     maxlen_ratio: float = 0.0
     nbest: int = 1
-    lm_weight: float = 0.0
+    lm_weight: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -53,10 +55,17 @@ class DecodingOptions:
             raise ValueError(f"maxlen_ratio must be a finite number >= 0, got {self.maxlen_ratio!r}")
         if not isinstance(self.nbest, int) or isinstance(self.nbest, bool) or not 1 <= self.nbest <= self.beam:
             raise ValueError(f"nbest must be an integer in [1, beam={self.beam}], got {self.nbest!r}")
-        if not _is_real(self.lm_weight) or not math.isfinite(self.lm_weight) or self.lm_weight < 0:
+        if self.lm_weight is not None and (
+            not _is_real(self.lm_weight) or not math.isfinite(self.lm_weight) or self.lm_weight < 0
+        ):
             raise ValueError(f"lm_weight must be a finite number >= 0, got {self.lm_weight!r}")
-        if self.lm_weight > 0 and self.mode == "ctc_greedy":
+        if self.fusion_weight > 0 and self.mode == "ctc_greedy":
             raise ValueError("lm_weight needs a beam mode (ctc_prefix_beam, joint or rescoring), not ctc_greedy")
+
+    @property
+    def fusion_weight(self) -> float:
+        """The LM weight decoding applies: ``lm_weight``, 0 when None."""
+        return self.lm_weight or 0.0
 
 
 def _is_real(value: object) -> bool:

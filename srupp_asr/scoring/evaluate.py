@@ -1,31 +1,32 @@
 """``srupp-asr evaluate``: decode a lhotse cut manifest with a model directory and score it (WER/CER report).
 
-Audio is loaded as training loads it (:class:`srupp_asr.data.ASRDataset`: resampled to 16 kHz, mono) and the
-references are the cuts' supervision texts normalised as training normalises them
-(:func:`srupp_asr.manifest.cut_text`). Cuts are decoded longest first, ``batch_size`` at a time; the report adds
-the decoding speed: audio hours, decoding seconds and the real-time factor (decoding time / audio time; the
-time to read audio files is reported apart). A model directory's own LM (``lm/``) is fused by default, as
+Audio is loaded as training loads it (:func:`srupp_asr.manifest.load_cut_audio`, then resampled to 16 kHz mono
+as :class:`srupp_asr.data.ASRDataset` does) and the references are the cuts' supervision texts normalised as
+training normalises them (:func:`srupp_asr.manifest.cut_text`). The decoding is ``transcribe``'s batched driver
+(:class:`srupp_asr.decoding.batch.BatchDecoder`): cuts longest first, ``batch_size`` at a time, each decoded whole.
+The report adds the decoding speed: audio hours, decoding seconds and the real-time factor (decoding time / audio
+time; the time to read audio files is reported apart). A model directory's own LM (``lm/``) is fused by default, as
 ``transcribe`` does (:func:`srupp_asr.decoding.cli.choose_lm`); the report names the LM and its weight.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from srupp_asr.decoding.cli import (
     DEFAULT_BATCH_SIZE,
-    DEFAULT_DECODING,
+    DEFAULT_OPTIONS,
     add_decoding_arguments,
-    check_lm_flags,
     choose_lm,
-    decoding_options,
+    fused_options,
     load_fusion_lm,
+    requested_options,
     resolve_device,
 )
 from srupp_asr.errors import UserError
@@ -36,7 +37,12 @@ from srupp_asr.scoring.report import WORST, ReportInfo, write_report
 from srupp_asr.scoring.score import add_report_arguments, print_summary
 
 if TYPE_CHECKING:
+    import torch
+    from lhotse.cut import Cut
+
     from srupp_asr.decoding import DecodingOptions
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -70,16 +76,39 @@ def _manifest_name(path: str | os.PathLike) -> str:
     return name
 
 
+class _CutAudio:
+    """A cut's audio as training reads it (16 kHz mono, clipped to full scale), read whole: the decode driver's
+    reader of a cut."""
+
+    def __init__(self, cut: Cut) -> None:
+        from srupp_asr.audio import SAMPLE_RATE
+
+        self.cut = cut if cut.sampling_rate == SAMPLE_RATE else cut.resample(SAMPLE_RATE)
+        self.num_samples = self.cut.num_samples
+
+    def read(self, start: int, end: int) -> torch.Tensor:
+        from srupp_asr.audio import prepare_waveform
+        from srupp_asr.manifest import load_cut_audio
+
+        return prepare_waveform(load_cut_audio(self.cut), self.cut.sampling_rate)[start:end]
+
+    def level_warning(self) -> str | None:
+        return None
+
+    def __enter__(self) -> _CutAudio:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 def evaluate(
     model: str | os.PathLike | None,
     cuts: str | os.PathLike,
     out_dir: str | os.PathLike,
-    decoding: str = DEFAULT_DECODING,
-    beam: int | None = None,
-    ctc_weight: float | None = None,
-    length_penalty: float | None = None,
+    *,
+    options: DecodingOptions = DEFAULT_OPTIONS,
     lm: str | os.PathLike | None = None,
-    lm_weight: float | None = None,
     no_lm: bool = False,
     device: str = "auto",
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -89,66 +118,60 @@ def evaluate(
     progress: bool = False,
     allow_command_sources: bool = False,
     errors: list[str] | None = None,
+    **decode_options: Any,
 ) -> tuple[ScoreResult, DecodingSpeed]:
     """Decode every cut of ``cuts`` with the model directory ``model`` (None: the built-in model), score against
     the cuts' texts and write the report (plus ``hyp.jsonl`` / ``ref.jsonl``) into ``out_dir``.
 
-    A cut whose audio does not load is left out of the scores (the report says how many) and its one-line error
-    goes to ``errors`` (a warning in the log when ``errors`` is None). Audio sources that run a shell command
-    are refused unless ``allow_command_sources``."""
-    import torch
-    from lhotse import CutSet
+    ``options``, ``**decode_options`` (``decoding``, ``beam``, ...), ``lm`` and ``no_lm`` are as in
+    :func:`srupp_asr.transcribe`. A cut whose audio does not load is left out of the scores (the report says how
+    many) and its one-line error goes to ``errors`` (a warning in the log when ``errors`` is None). Audio sources
+    that run a shell command are refused unless ``allow_command_sources``."""
     from tqdm import tqdm
 
     from srupp_asr.audio import SAMPLE_RATE
-    from srupp_asr.data import ASRDataset
-    from srupp_asr.decoding import decode
+    from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording
     from srupp_asr.manifest import cut_text, load_cuts
     from srupp_asr.model_dir import load_model
 
     if batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {batch_size}")
-    check_lm_flags(lm, lm_weight, no_lm)
-    decoding_options(decoding, beam, ctc_weight, length_penalty)  # checked before anything is read
+    # checked before anything is read; the LM weight applies once the LM is chosen
+    options, lm_weight = requested_options("evaluate", options, decode_options, lm, no_lm)
     cutset = load_cuts(cuts, allow_command_sources=allow_command_sources)
     device = resolve_device(device)
     if model is None:
         model = default_model_dir()
     net, tokenizer = load_model(model, device)
-    choice = choose_lm(model, decoding, lm, lm_weight, no_lm)
-    options = decoding_options(decoding, beam, ctc_weight, length_penalty, choice.path, choice.weight)
+    choice = choose_lm(model, options.mode, lm, lm_weight, no_lm)
+    options = fused_options(options, choice)
     fusion_lm = load_fusion_lm(choice.path, tokenizer, device) if choice.path is not None else None
-    dataset = ASRDataset(tokenizer)  # no augmentation: audio exactly as training reads it
-    dataset.warn_load_errors = errors is None  # otherwise the caller prints them
+    decoder = BatchDecoder(net, tokenizer, options, fusion_lm, Batching(batch_size), str(model))
 
     def speaker(cut) -> str | None:
         return next((s.speaker for s in cut.supervisions if s.speaker), None)
 
-    all_cuts = sorted(cutset, key=lambda c: -c.duration)
+    all_cuts = sorted(cutset, key=lambda c: -c.duration)  # longest first: the driver's batches, in this order
     refs = [UtteranceText(c.id, cut_text(c), speaker(c)) for c in all_cuts]
     speakers = {r.utt_id: r.speaker for r in refs}
     hyps: list[UtteranceText] = []
     failed: dict[str, str] = {}  # cut id -> why its audio did not load
     decode_seconds = load_seconds = audio_samples = 0.0
+    recordings = [Recording(c.id, _CutAudio(c).num_samples, lambda c=c: _CutAudio(c)) for c in all_cuts]
     with tqdm(total=len(all_cuts), unit="utt", desc="decoding", disable=not progress, file=sys.stderr) as bar:
-        for start in range(0, len(all_cuts), batch_size):
-            begin = time.perf_counter()
-            batch = dataset[CutSet.from_cuts(all_cuts[start : start + batch_size])]
-            load_seconds += time.perf_counter() - begin
-            if batch["cut_ids"]:
-                begin = time.perf_counter()
-                try:
-                    out = decode(net, tokenizer, batch["audio"], batch["audio_lens"], options, fusion_lm)
-                except ValueError as err:  # the model lacks the CTC head or decoder the mode needs
-                    raise UserError(f"{model}: {err}") from None
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                decode_seconds += time.perf_counter() - begin
-                audio_samples += float(batch["audio_lens"].sum())
-                hyps += [UtteranceText(i, h.text, speakers[i]) for i, h in zip(batch["cut_ids"], out, strict=True)]
-            failed.update(dataset.load_errors)
-            dataset.load_errors.clear()
-            bar.update(min(batch_size, len(all_cuts) - start))
+        for cut, result in zip(all_cuts, decoder.run(recordings), strict=True):
+            load_seconds += result.read_seconds
+            if isinstance(result.error, UserError):  # its audio did not load: left out, not the evaluation
+                if errors is None:
+                    log.warning("skipping %s", result.error)
+                failed[cut.id] = str(result.error)
+            elif result.error is not None:
+                raise result.error
+            else:
+                decode_seconds += result.decode_seconds
+                audio_samples += result.num_samples
+                hyps.append(UtteranceText(cut.id, result.text, speakers[cut.id]))
+            bar.update(1)
     if errors is not None:
         errors += failed.values()
     refs = [r for r in refs if r.utt_id not in failed]

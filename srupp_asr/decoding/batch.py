@@ -1,0 +1,380 @@
+"""The batched decode driver that ``transcribe`` and ``evaluate`` share: recordings in, each one's text and timed
+words out, in input order.
+
+:class:`BatchDecoder` decodes :class:`Recording` s (a length and a way to read the audio) with one loaded model,
+its :class:`~srupp_asr.decoding.DecodingOptions` and an optional fusion LM, within :class:`Batching` limits:
+
+- a recording of at most ``piece_samples`` is decoded whole, several at a time (longest first, at most
+  ``batch_size`` per batch, the batch's padded length within ``max_samples``);
+- a longer one is read a chunk at a time (memory stays bounded at any length), decoded chunk by chunk, up to
+  ``batch_size`` chunks together, and joined at word boundaries (:mod:`srupp_asr.longform`): overlapping chunks, or
+  with ``vad`` cuts in silences found by an energy detector.
+
+A recording that cannot be read or decoded gives a :class:`Decoded` holding the error and the others go on; a model
+that lacks what the options need (:class:`UnusableModel`) stops everything. :class:`LoadedModel` is a model
+directory loaded for decoding, with the fusion LMs it has loaded. Light to import (no torch).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, Self
+
+from srupp_asr.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+    from srupp_asr.decoding import DecodingOptions, Hypothesis, Word
+    from srupp_asr.lm import SRUppLM
+    from srupp_asr.longform import Chunk
+    from srupp_asr.model import ASRModel
+    from srupp_asr.tokenizer import Tokenizer
+
+# The attention modes (joint, rescoring) decode a recording longer than this in pieces cut at pauses (the energy
+# VAD), several pieces at a time: the attention decoder was trained on sentences and drifts on minutes of audio,
+# and pieces keep the memory flat at any length. Where no pause comes within a piece, overlapping pieces.
+ATTENTION_PIECE_SECONDS = 10.0
+ATTENTION_MODES = ("joint", "rescoring")
+VAD_BLOCK_SECONDS = 30.0  # the VAD reads the recording in blocks of this length
+# Names LoadedModel.load takes besides a directory: the built-in model.
+BUILTIN_NAMES = ("default", "builtin")
+# whisper's model names, which a whisper user may give out of habit: told that they do not exist here
+WHISPER_SIZES = ("tiny", "base", "small", "medium", "large", "large-v2", "large-v3", "turbo")
+
+
+class UnusableModel(UserError):
+    """The model cannot decode as asked (a mode that needs a head the model lacks): no recording can be decoded."""
+
+
+class LoadedModel:
+    """A model directory loaded on a device for decoding, with the fusion LMs loaded for it (by directory)."""
+
+    def __init__(self, net: ASRModel, tokenizer: Tokenizer, model_dir: str, device: torch.device) -> None:
+        self.net, self.tokenizer, self.model_dir, self.device = net, tokenizer, model_dir, device
+        self._lms: dict[Path, SRUppLM] = {}  # fusion LMs loaded for this model, by resolved directory
+
+    @classmethod
+    def load(cls, name_or_dir: str | os.PathLike[str] | None = None, device: str = "auto") -> Self:
+        """Load ``name_or_dir`` (a model directory, or None / ``"default"`` for the built-in model) on ``device``
+        (``cpu``, ``cuda``, ``cuda:1`` or ``auto``); a UserError naming the problem when it cannot be loaded."""
+        from srupp_asr.decoding.cli import resolve_device
+        from srupp_asr.inputs import default_model_dir
+        from srupp_asr.model_dir import load_model as load_model_dir
+
+        resolved = resolve_device(device)
+        if name_or_dir is None or str(name_or_dir) in BUILTIN_NAMES:
+            model_dir = default_model_dir()
+        else:
+            model_dir = Path(name_or_dir)
+            if not model_dir.exists() and str(name_or_dir).removesuffix(".en") in WHISPER_SIZES:
+                raise UserError(
+                    f"{model_dir}: model directory not found (srupp-asr has no whisper-sized models: leave the model "
+                    "out for the built-in one, or give a directory made by `srupp-asr average`)"
+                )
+        net, tokenizer = load_model_dir(model_dir, resolved)
+        return cls(net, tokenizer, str(model_dir), next(net.parameters()).device)
+
+    def fusion_lm(self, lm_dir: str | os.PathLike[str]) -> SRUppLM:
+        """The LM of ``lm_dir`` on this model's device, checked to share its tokenizer; loaded once per directory."""
+        from srupp_asr.decoding.cli import load_fusion_lm
+
+        key = Path(lm_dir).resolve()
+        if key not in self._lms:
+            self._lms[key] = load_fusion_lm(lm_dir, self.tokenizer, str(self.device))
+        return self._lms[key]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model_dir!r}, device={str(self.device)!r})"
+
+
+class AudioSource(Protocol):
+    """What the driver reads a recording through (:class:`srupp_asr.audio.AudioReader` and ``SamplesReader``):
+    16 kHz mono samples by position, in blocks (the VAD), and a warning about their level."""
+
+    num_samples: int
+
+    def read(self, start: int, end: int) -> torch.Tensor: ...
+
+    def blocks(self, block_samples: int) -> Iterator[tuple[int, torch.Tensor]]: ...
+
+    def level_warning(self) -> str | None: ...
+
+    def __enter__(self) -> AudioSource: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@dataclass
+class Recording:
+    """One recording to decode: its name, its length in samples as known before reading it (batching goes by it)
+    and how to open its audio."""
+
+    name: str
+    num_samples: int
+    open: Callable[[], AudioSource]
+
+
+@dataclass
+class Decoded:
+    """What came of one recording: its text and words (times from its start), the spans decoded (seconds), the
+    samples decoded (a header may overstate the length), a warning about its audio, its share of the wall time
+    (``seconds``: reading and decoding) and of the model's (``decode_seconds``), the time reading its audio; or the
+    ``error`` that stopped it."""
+
+    recording: Recording
+    text: str = ""
+    words: list[Word] = field(default_factory=list)
+    chunks: list[tuple[float, float]] = field(default_factory=list)
+    num_samples: int = 0
+    warning: str | None = None
+    seconds: float = 0.0
+    decode_seconds: float = 0.0
+    read_seconds: float = 0.0
+    error: Exception | None = None
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How much is decoded at once: at most ``batch_size`` recordings (or chunks) with a padded length within
+    ``max_samples``; a recording longer than ``piece_samples`` is decoded in chunks of at most that, neighbours
+    sharing ``overlap_samples`` or, with ``vad``, cut in silences. The defaults: whole recordings, any length."""
+
+    batch_size: int = 1
+    max_samples: float = math.inf
+    piece_samples: float = math.inf
+    overlap_samples: int = 0
+    vad: bool = False
+
+    @classmethod
+    def chunked(
+        cls, options: DecodingOptions, batch_size: int, max_chunk_seconds: float, chunk_overlap: float, vad: bool
+    ) -> Batching:
+        """``transcribe``'s limits: ``max_chunk_seconds`` of audio at once; in the attention modes, recordings longer
+        than :data:`ATTENTION_PIECE_SECONDS` in pieces of that length cut at pauses."""
+        from srupp_asr.audio import SAMPLE_RATE
+
+        max_samples = int(max_chunk_seconds * SAMPLE_RATE)
+        piece, overlap = max_samples, int(chunk_overlap * SAMPLE_RATE)
+        if options.mode in ATTENTION_MODES and max_samples > ATTENTION_PIECE_SECONDS * SAMPLE_RATE:
+            piece = int(ATTENTION_PIECE_SECONDS * SAMPLE_RATE)
+            overlap, vad = min(overlap, piece // 4), True
+        return cls(batch_size, max_samples, piece, overlap, vad)
+
+
+class BatchDecoder:
+    """Decodes recordings with one loaded model, its options, an optional fusion LM and batching limits."""
+
+    def __init__(
+        self,
+        model: ASRModel,
+        tokenizer: Tokenizer,
+        options: DecodingOptions,
+        lm: SRUppLM | None = None,
+        batching: Batching | None = None,
+        name: str = "",
+    ) -> None:
+        self.model, self.tokenizer, self.options, self.lm = model, tokenizer, options, lm
+        self.batching = batching or Batching()
+        self.name = name  # the model's, in the error of a model that lacks what the options need
+        from srupp_asr.audio import SAMPLE_RATE
+
+        self.rate = SAMPLE_RATE
+        self.device = next(model.parameters()).device
+
+    def run(
+        self, recordings: Sequence[Recording], progress: Callable[[float], None] | None = None
+    ) -> Iterator[Decoded]:
+        """Decode ``recordings``, yielding each one's :class:`Decoded` in input order as soon as it and those before
+        it are done; ``progress(seconds)`` is called with the seconds of audio each step decoded."""
+        progress = progress or (lambda seconds: None)
+        done: dict[int, Decoded] = {}
+        ready = 0
+        indexed = list(enumerate(recordings))
+        short = [(i, r) for i, r in indexed if r.num_samples <= self.batching.piece_samples]
+        for batch in self.batches(short):
+            try:
+                results = self.decode_batch([r for _, r in batch])
+            except UnusableModel:
+                raise
+            except Exception:  # a recording could not be decoded after all: find it and keep the others
+                results = [self._alone(lambda r=r: self.decode_batch([r])[0], r) for _, r in batch]
+            for (i, _), result in zip(batch, results, strict=True):
+                done[i] = result
+            progress(sum(result.num_samples for result in results) / self.rate)
+            while ready in done:
+                yield done.pop(ready)
+                ready += 1
+        for i, r in indexed:
+            if r.num_samples > self.batching.piece_samples:
+                done[i] = self._alone(lambda r=r: self.decode_long(r, progress), r)
+            while ready in done:
+                yield done.pop(ready)
+                ready += 1
+
+    @staticmethod
+    def _alone(work: Callable[[], Decoded], recording: Recording) -> Decoded:
+        """``work()``, or the Decoded holding the error that stopped it (a model unusable for the options stops
+        everything)."""
+        try:
+            return work()
+        except UnusableModel:
+            raise
+        except Exception as err:  # any failure on one recording is that recording's: the others go on
+            return Decoded(recording, num_samples=recording.num_samples, error=err)
+
+    def batches(self, indexed: Sequence[tuple[int, Recording]]) -> list[list[tuple[int, Recording]]]:
+        """Whole recordings grouped longest first: at most ``batch_size`` per batch, padded length within budget."""
+        batches: list[list[tuple[int, Recording]]] = []
+        for i, r in sorted(indexed, key=lambda item: (-item[1].num_samples, item[0])):
+            # Longest first, so the batch's first recording sets its padded length.
+            last = batches[-1] if batches else None
+            if (
+                last
+                and len(last) < self.batching.batch_size
+                and (len(last) + 1) * last[0][1].num_samples <= self.batching.max_samples
+            ):
+                last.append((i, r))
+            else:
+                batches.append([(i, r)])
+        return batches
+
+    def decode(self, wavs: Sequence[torch.Tensor]) -> list[Hypothesis]:
+        """Hypotheses of a batch of 16 kHz waveforms."""
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+
+        from srupp_asr.decoding import decode
+
+        audio = pad_sequence(list(wavs), batch_first=True).to(self.device)
+        lens = torch.tensor([w.numel() for w in wavs], device=self.device)
+        try:
+            with torch.inference_mode():
+                hyps = decode(self.model, self.tokenizer, audio, lens, self.options, self.lm)
+        except ValueError as err:  # the model lacks the CTC head or decoder the mode needs
+            raise UnusableModel(f"{self.name}: {err}") from None
+        if self.device.type == "cuda":  # the time measured is the decoding's
+            torch.cuda.synchronize()
+        return hyps
+
+    def decode_batch(self, batch: Sequence[Recording]) -> list[Decoded]:
+        """Whole recordings read and decoded together; one whose audio cannot be read holds its error. Raises when
+        decoding fails (the caller then decodes them one by one)."""
+        begin = time.perf_counter()
+        results, wavs = [], []
+        for recording in batch:
+            start = time.perf_counter()
+            try:
+                with recording.open() as reader:
+                    wav = reader.read(0, reader.num_samples)
+                    warning = reader.level_warning()
+            except Exception as err:  # that recording's: the others are decoded
+                read = time.perf_counter() - start
+                results.append(Decoded(recording, num_samples=recording.num_samples, read_seconds=read, error=err))
+                continue
+            # MP3 and some Ogg headers only estimate the length
+            results.append(Decoded(recording, num_samples=wav.numel(), warning=warning))
+            results[-1].read_seconds = time.perf_counter() - start
+            wavs.append(wav)
+        decoded = [result for result in results if result.error is None]
+        if wavs:
+            start = time.perf_counter()
+            hyps = self.decode(wavs)
+            model_seconds = time.perf_counter() - start
+            total = sum(result.num_samples for result in decoded) or 1
+            for result, hyp, wav in zip(decoded, hyps, wavs, strict=True):
+                result.text, result.words = hyp.text, self.timed_words(hyp, wav)
+                result.chunks = [(0.0, result.num_samples / self.rate)]
+                result.decode_seconds = model_seconds * result.num_samples / total
+            spent = time.perf_counter() - begin
+            for result in decoded:
+                result.seconds = spent * result.num_samples / total
+        return results
+
+    def timed_words(self, hyp: Hypothesis, wav: torch.Tensor) -> list[Word]:
+        """The words of ``hyp`` decoded from ``wav``, those the model put in its leading silence moved to where the
+        sound starts (:func:`srupp_asr.longform.place_after_leading_silence`)."""
+        from srupp_asr import longform
+
+        onset = longform.leading_silence(wav.cpu().numpy(), self.rate) if hyp.words else 0.0
+        return longform.place_after_leading_silence(hyp.words, onset)
+
+    def plan(self, reader: AudioSource) -> tuple[list[Chunk], list[tuple[int, int]]]:
+        """The chunks of a recording longer than a piece, and the silences the VAD found (none without it)."""
+        from srupp_asr import longform
+
+        silences = None
+        if self.batching.vad:
+            frame = round(longform.VAD_FRAME_SECONDS * self.rate)
+            block = round(VAD_BLOCK_SECONDS / longform.VAD_FRAME_SECONDS) * frame
+            blocks = (wav.numpy() for _, wav in reader.blocks(block))
+            min_frames = round(longform.MIN_SILENCE / longform.VAD_FRAME_SECONDS)
+            silences = longform.silences_from_blocks(blocks, frame, min_frames)
+        piece, overlap = int(self.batching.piece_samples), self.batching.overlap_samples
+        chunks = longform.plan_chunks(reader.num_samples, piece, overlap, silences)
+        return chunks, silences or []
+
+    def decode_long(self, recording: Recording, progress: Callable[[float], None]) -> Decoded:
+        """A recording decoded chunk by chunk, read one chunk at a time; up to ``batch_size`` chunks (their padded
+        length within the budget) are decoded together."""
+        from srupp_asr import longform
+
+        begin = time.perf_counter()
+        model_seconds = 0.0
+        with recording.open() as reader:  # a file, or samples given in memory
+            chunks, silences = self.plan(reader)
+            spans = [c.seconds(self.rate) for c in chunks]
+            words: list[list[Word]] = []
+            texts: list[str] = []
+            pending: list[tuple[int, Chunk, torch.Tensor]] = []
+            end = 0
+
+            def flush() -> None:
+                nonlocal model_seconds
+                start = time.perf_counter()
+                hyps = self.decode([wav for _, _, wav in pending])
+                model_seconds += time.perf_counter() - start
+                for (i, _, wav), hyp in zip(pending, hyps, strict=True):
+                    words[i] = longform.shift_words(self.timed_words(hyp, wav), spans[i][0])
+                    texts[i] = hyp.text
+                progress(sum(chunk.end - chunk.start for _, chunk, _ in pending) / self.rate)
+                pending.clear()
+
+            for i, chunk in enumerate(chunks):
+                wav = reader.read(chunk.start, chunk.end)
+                if wav.numel() == 0:  # an MP3 or Ogg header overstated the length: the audio has ended
+                    break
+                end = max(end, chunk.start + wav.numel())
+                words.append([])
+                texts.append("")
+                if any(a <= chunk.start and chunk.end <= b for a, b in silences):
+                    # A piece the VAD found silent holds no words: decoded, a model can only make some up.
+                    progress((chunk.end - chunk.start) / self.rate)
+                    continue
+                longest = max([wav.numel()] + [w.numel() for _, _, w in pending])
+                limits = self.batching
+                if pending and (len(pending) >= limits.batch_size or (len(pending) + 1) * longest > limits.max_samples):
+                    flush()
+                pending.append((i, chunk, wav))
+            if pending:
+                flush()
+            warning = reader.level_warning()
+        num_samples = recording.num_samples
+        if end < num_samples:  # only what was decoded counts
+            num_samples = end
+            spans = [(a, min(b, end / self.rate)) for a, b in spans[: len(words)]]
+        return Decoded(
+            recording,
+            text=" ".join(t for t in texts if t),
+            words=longform.merge_chunk_words(spans, words),
+            chunks=spans,
+            num_samples=num_samples,
+            warning=warning,
+            seconds=time.perf_counter() - begin,
+            decode_seconds=model_seconds,
+        )
