@@ -33,7 +33,7 @@ LONGEST_FIRST = [
     "process/test_training_stops.py",
     "process/test_training_faults.py",
     "process/test_training_acceptance.py",
-    "test_reliability_audio.py",
+    "test_audio.py",
     "test_lm.py",
     "process/test_recipe_args.py",
     "process/test_cpu_extension_build.py",

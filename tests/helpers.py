@@ -3,11 +3,16 @@ in ``tests/conftest.py``). Test modules import from here, never from each other.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gzip
 import json
 import os
+import pickle
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -321,3 +326,51 @@ class W:
     start: float
     end: float
     confidence: float = 0.9
+
+
+def bytes_name(folder: Path, name: bytes) -> str:
+    """The str Python uses for ``folder/name`` when ``name`` is not UTF-8 (lone surrogates, as os.listdir gives)."""
+    return os.fsdecode(os.fsencode(folder) + b"/" + name)
+
+
+def run_transcribe_cli(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """``srupp-asr transcribe ARGS`` in a child process with a strict UTF-8 stdout (``PYTHONIOENCODING=utf-8:strict``,
+    as under an ``en_US.UTF-8`` locale: a non-UTF-8 file name that reached stdout unescaped would crash it);
+    stdout and stderr as bytes."""
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+    command = [sys.executable, "-m", "srupp_asr.cli", "transcribe", *args]
+    return subprocess.run(command, capture_output=True, env=env, timeout=timeout, check=False)
+
+
+class RunsCode:
+    """Unpickling this creates ``marker``: the proof that a loader unpickled it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def evil_pickle(folder: Path, name: str) -> Path:
+    """Write a pickle ``folder/name`` whose unpickling creates the file returned (beside ``folder``)."""
+    marker = folder.parent / "unpickled"
+    (folder / name).write_bytes(pickle.dumps(RunsCode(marker)))
+    return marker
+
+
+def transcribe_measured(model: Path, audio: Path, folder: Path) -> tuple[float, float]:
+    """Transcribe ``audio`` in a fresh process (JSON into ``folder``): its own peak RSS in MiB (VmHWM, polled: wait4's
+    ru_maxrss would also count a compiler building the CPU extension) and its wall seconds."""
+    command = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "-q", "--model", str(model), "--threads", "2"]
+    command += ["--decoding", "ctc_greedy", "-f", "json", "-o", str(folder), str(audio)]
+    peak, begin = 0.0, time.perf_counter()
+    with open(folder / "stderr.txt", "wb") as err:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
+        while child.poll() is None:
+            with contextlib.suppress(OSError, StopIteration, ValueError):
+                status = Path(f"/proc/{child.pid}/status").read_text().splitlines()
+                peak = max(peak, int(next(x for x in status if x.startswith("VmHWM:")).split()[1]) / 1024)
+            time.sleep(0.2)
+    assert child.returncode == 0, (folder / "stderr.txt").read_text()
+    return peak, time.perf_counter() - begin

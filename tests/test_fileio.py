@@ -1,5 +1,5 @@
-"""File-system primitives of :mod:`srupp_asr.fileio`: replacing a whole directory in one step, and the temporary
-names of atomic writes."""
+"""File-system primitives of :mod:`srupp_asr.fileio`: replacing a whole directory in one step, the temporary
+names of atomic writes, and the YAML reader every config goes through."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import shutil
 import sys
 
 import pytest
+import yaml
 
+from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output, atomic_write_text, make_temp_dir, replace_dir, temp_prefix
+from srupp_asr.lm import SRUppLM, load_lm, save_lm
+from srupp_asr.model_dir import load_model
 
 NAMES = ("config.yaml", "model.safetensors", "tokenizer.model")
 
@@ -73,3 +77,30 @@ def test_atomic_temporary_names_are_hidden_short_and_keep_the_format_suffix(tmp_
         assert len(tmp.name) == len(temp_prefix()) + 8 + len(suffix)  # + mkstemp's 8 random characters + the suffix
         tmp.write_bytes(b"data")
     assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+DEEP_YAML = "model: " + "[" * 5000 + "]" * 5000 + "\n"  # PyYAML composes nested collections recursively
+
+
+def test_deeply_nested_yaml_is_one_line_naming_the_file_not_a_recursion_error(
+    model_dir, tmp_path, char_tokenizer, capsys
+):
+    """A model directory's config.yaml, an LM's and ``train --config`` gave a RecursionError traceback."""
+    from srupp_asr.cli import main
+
+    with pytest.raises(RecursionError):  # what the reader met, as a traceback
+        yaml.safe_load(DEEP_YAML)
+    (model_dir / "config.yaml").write_text(DEEP_YAML)
+    with pytest.raises(UserError, match=rf"^{model_dir / 'config.yaml'}: not a usable model config \(YAML nested too"):
+        load_model(model_dir)
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
+    (lm_dir / "config.yaml").write_text(DEEP_YAML)
+    with pytest.raises(UserError, match=rf"^{lm_dir / 'config.yaml'}: not a usable LM config \(YAML nested too deeply"):
+        load_lm(lm_dir)
+    config = tmp_path / "deep.yaml"
+    config.write_text(DEEP_YAML)
+    assert main(["train", "fit", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"srupp-asr train: error: {config}: not a usable config file (YAML nested too deeply)"
+    )

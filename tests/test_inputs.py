@@ -3,6 +3,7 @@ and the built-in model's directory."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from srupp_asr.cli import main
@@ -115,3 +116,16 @@ def test_a_list_file_that_is_not_utf8_is_one_problem_naming_its_line(tmp_path):
     assert found == [] and problems == [
         f"{listed}:2: list file is not UTF-8 text (invalid continuation byte at byte 9)"
     ]
+
+
+def test_symlink_loops_end_the_search_and_list_each_file_once(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    for name in ("x.wav", "a/y.wav", "a/b/z.wav"):
+        (tree / name).write_bytes(b"x")
+    os.symlink("../..", tree / "a" / "b" / "up")  # back to tree
+    os.symlink(".", tree / "a" / "here")
+    os.symlink("x.wav", tree / "x_again.wav")  # a second name for x.wav
+    files, problems = find_inputs([tree, tree / "a" / "b" / "up", tree / "a" / "here", tree / "x.wav"])
+    assert problems == []
+    assert sorted(os.path.relpath(f, tree) for f in files) == ["a/b/z.wav", "a/y.wav", "x.wav"]

@@ -1,6 +1,6 @@
-"""The SRU++ language model: step-by-step scoring equals the whole-sentence forward, LM directories round-trip and
-refuse what is not theirs, ``train-lm`` learns and resumes, and shallow fusion adds ``lm_weight * log P_lm`` in
-every beam mode.
+"""The SRU++ language model: step-by-step scoring equals the whole-sentence forward, LM directories round-trip (from
+shards too) and refuse what is not theirs (a pickle, bad settings), ``train-lm`` learns and resumes, and shallow
+fusion adds ``lm_weight * log P_lm`` in every beam mode.
 
 The last class checks ``train-lm`` like the ASR trainer, against independent references: a run stopped in any way
 (SIGTERM or Ctrl-C after a step or during validation, ``--max-time``, ``kill -9`` after or during a save) and
@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 
 from srupp_asr import lm_train
 from srupp_asr.cli import main
@@ -34,8 +35,10 @@ from srupp_asr.errors import UserError
 from srupp_asr.lm import SOS_EOS_ID, SRUppLM, load_lm, save_lm
 from srupp_asr.lm_train import LMTrainConfig, evaluate_perplexity, make_batches, train_lm
 from srupp_asr.model import ASRModel
+from srupp_asr.model_dir import write_model_dir
 from srupp_asr.schedulers import NoamLR
 from srupp_asr.tokenizer import Tokenizer
+from tests.helpers import evil_pickle
 
 SENTENCES = [
     "the cat sat on the mat",
@@ -102,6 +105,41 @@ def test_lm_directory_round_trip_and_refusals(tokenizer: Tokenizer, tmp_path: Pa
     other = Tokenizer.train(["xyz qrs " * 3] * 5, tmp_path / "other.model", 20, "char")
     with pytest.raises(UserError, match="tokenizer has"):
         save_lm(lm, other.path, tmp_path / "lm2")
+
+
+def test_a_pickle_in_an_lm_directory_is_refused(tmp_path, char_tokenizer):
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
+    assert load_lm(lm_dir)[0].vocab_size == char_tokenizer.vocab_size
+    marker = evil_pickle(lm_dir, "state.pickle")
+    with pytest.raises(UserError, match=r"state\.pickle: a pickle file in a model directory is refused"):
+        load_lm(lm_dir)
+    assert not marker.exists()
+
+
+def test_a_sharded_lm_directory_loads(tmp_path, char_tokenizer):
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2).eval()
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
+    config = yaml.safe_load((lm_dir / "config.yaml").read_text())
+    write_model_dir(lm_dir, config, lm.state_dict(), lm_dir / "tokenizer.model", max_shard_bytes=4_000)
+    assert len(list(lm_dir.glob("model-*.safetensors"))) > 1 and not (lm_dir / "model.safetensors").exists()
+    loaded, _ = load_lm(lm_dir)
+    tokens = [[5, 6, 7], [8, 9]]
+    assert torch.equal(loaded.sentence_nll(tokens), lm.sentence_nll(tokens))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"num_heads": 0}, "num_heads must be at least 1, got 0"), ({"num_layers": -1}, "num_layers must be at least 1")],
+)
+def test_an_lm_config_with_a_bad_value_is_one_line_naming_it(tmp_path, char_tokenizer, change, message):
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
+    config = yaml.safe_load((lm_dir / "config.yaml").read_text())
+    config["lm"].update(change)
+    (lm_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(UserError, match=rf"^{lm_dir / 'config.yaml'}: bad LM settings \({message}"):
+        load_lm(lm_dir)
 
 
 def test_batches_group_by_length_within_the_token_budget() -> None:

@@ -1,4 +1,5 @@
-"""Output formats: time stamps, segmenting, each format's exact text, atomic writing and output names."""
+"""Output formats: time stamps, segmenting, each format's exact text, atomic writing and output names; names that
+are not UTF-8 or hold control characters, escaped where they are printed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from srupp_asr.writers import (
     format_timestamp,
     output_names,
     parse_formats,
+    printable,
     segment_words,
     to_dict,
     to_json,
@@ -25,7 +27,9 @@ from srupp_asr.writers import (
     transcript_text,
     write_transcript,
 )
-from tests.helpers import W
+from tests.helpers import W, bytes_name, run_transcribe_cli
+
+ERROR_PREFIX = "srupp-asr transcribe: error: "
 
 WORDS = [W("hello", 0.5, 0.9), W("big", 1.0, 1.2), W("world", 1.3, 1.8, 0.51234), W("again", 3.0, 3.4)]
 
@@ -189,6 +193,45 @@ def test_printable_line_escapes_control_characters_and_line_separators_only():
     assert printable_line(name) == "a\\nb\\tc\\x1b[31m\\rd\\x7f\\x85e\\u2028f\\u2029 naïve 日本 back\\slash"
     assert printable_line(name).splitlines() == [printable_line(name)]  # one line, whatever the name
     assert printable_line(os.fsdecode(b"caf\xe9\n.wav")) == "caf\\xe9\\n.wav"  # not UTF-8 either
+
+
+def test_printable_escapes_only_what_is_not_utf8():
+    assert printable("plain/naïve 日本.wav") == "plain/naïve 日本.wav"
+    assert printable(os.fsdecode(b"caf\xe9.wav")) == "caf\\xe9.wav"
+    assert printable("lone \ud800 surrogate") == "lone \\ud800 surrogate"
+
+
+def test_non_utf8_names_are_written_and_printed_escaped(overfit_model_dir, tmp_path):
+    """The whole batch crashed on a file name that is not UTF-8."""
+    import soundfile as sf
+
+    from srupp_asr.audio import SAMPLE_RATE, load_audio
+    from srupp_asr.transcribe import transcribe
+
+    model, utts = overfit_model_dir
+    good = bytes_name(tmp_path, b"caf\xe9.wav")
+    sf.write(os.fsencode(good), load_audio(utts[17][0]).numpy(), SAMPLE_RATE)
+    bad = bytes_name(tmp_path, b"bad\xff.wav")
+    with open(os.fsencode(bad), "wb") as f:
+        f.write(b"not audio at all" * 10)
+    out_dir = tmp_path / "out"
+    done = run_transcribe_cli(
+        ["--model", str(model), "--decoding", "ctc_greedy", "-f", "all", "-o", str(out_dir), good, bad]
+    )
+    err = done.stderr.decode("utf-8")
+    assert done.returncode == 1 and "Traceback" not in err
+    assert (
+        err.splitlines()[0]
+        == f"{ERROR_PREFIX}{tmp_path}/bad\\xff.wav: not a readable audio file (Format not recognised.)"
+    )
+    # The output files keep the input's name, byte for byte; inside them the name is escaped.
+    assert sorted(os.listdir(os.fsencode(out_dir))) == sorted(f"caf\xe9.{f}".encode("latin-1") for f in FORMATS)
+    assert (out_dir / os.fsdecode(b"caf\xe9.txt")).read_text() == f"{utts[17][1]}\n"
+    data = json.loads((out_dir / os.fsdecode(b"caf\xe9.json")).read_text(encoding="utf-8"))
+    assert data["audio"] == f"{tmp_path}/caf\\xe9.wav" and data["text"] == utts[17][1]
+    # The Python API hands back the real name, which opens the file.
+    (t,) = transcribe(good, model, decoding="ctc_greedy")
+    assert t.path == good and os.path.exists(t.path)
 
 
 def test_a_second_transcribe_into_an_output_folder_in_use_is_refused_in_one_line(tmp_path):

@@ -1,6 +1,7 @@
-"""Untrusted model and LM directories: only YAML, safetensors and sentencepiece are parsed; pickles, crafted
-files and configs asking for absurd networks are refused with one line naming the file, before anything runs or
-big memory is allocated."""
+"""Model directories (:mod:`srupp_asr.model_dir`) from strangers: only YAML, safetensors and sentencepiece are
+parsed; pickles, crafted files, hostile shard indexes and configs asking for absurd networks are refused with one
+line naming the file, before anything runs or big memory is allocated. (The same for LM directories is in
+``tests/test_lm.py``; YAML nested too deeply, for every config reader, in ``tests/test_fileio.py``.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import torch
 import yaml
 
 from srupp_asr.errors import UserError
-from srupp_asr.lm import SRUppLM, load_lm, save_lm
 from srupp_asr.model_dir import (
     check_no_pickles,
     export_model,
@@ -26,30 +26,13 @@ from srupp_asr.model_dir import (
     load_model,
     read_weight_shapes,
     read_weights,
-    write_model_dir,
 )
-from tests.helpers import seeded_model
-
-
-class RunsCode:
-    """Unpickling this creates ``marker``: the proof that a loader unpickled it."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (str(self.marker), "w"))
-
-
-def _evil_pickle(folder: Path, name: str) -> Path:
-    marker = folder.parent / "unpickled"
-    (folder / name).write_bytes(pickle.dumps(RunsCode(marker)))
-    return marker
+from tests.helpers import evil_pickle, seeded_model
 
 
 @pytest.mark.parametrize("name", ["evil.pkl", "pytorch_model.bin", "notes"])
 def test_a_pickle_in_a_model_directory_is_refused_unread(model_dir, name):
-    marker = _evil_pickle(model_dir, name)
+    marker = evil_pickle(model_dir, name)
     with pytest.raises(UserError, match=rf"^{model_dir / name}: a pickle file in a model directory is refused"):
         load_model(model_dir)
     assert not marker.exists()
@@ -128,7 +111,7 @@ def test_crafted_tokenizers_are_one_line_errors(model_dir, content):
 
 
 def test_transcribe_with_a_booby_trapped_model_exits_2_with_one_line(model_dir, tmp_path):
-    marker = _evil_pickle(model_dir, "optimizer.pt")
+    marker = evil_pickle(model_dir, "optimizer.pt")
     audio = tmp_path / "a.wav"
     import numpy as np
     import soundfile as sf
@@ -146,16 +129,6 @@ def test_transcribe_with_a_booby_trapped_model_exits_2_with_one_line(model_dir, 
         " (model directories hold config.yaml, safetensors weights and tokenizer.model only; pickles can run code"
         " when loaded)"
     ]
-    assert not marker.exists()
-
-
-def test_a_pickle_in_an_lm_directory_is_refused(tmp_path, char_tokenizer):
-    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
-    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
-    assert load_lm(lm_dir)[0].vocab_size == char_tokenizer.vocab_size
-    marker = _evil_pickle(lm_dir, "state.pickle")
-    with pytest.raises(UserError, match=r"state\.pickle: a pickle file in a model directory is refused"):
-        load_lm(lm_dir)
     assert not marker.exists()
 
 
@@ -267,27 +240,14 @@ def test_hostile_shard_indexes_are_one_line_errors_naming_the_file(sharded_dir, 
 
 def test_a_pickle_in_a_sharded_directory_is_refused_and_a_shard_is_never_unpickled(sharded_dir):
     check_no_pickles(sharded_dir)  # the shards and the index are not mistaken for pickles
-    marker = _evil_pickle(sharded_dir, "evil.pkl")
+    marker = evil_pickle(sharded_dir, "evil.pkl")
     with pytest.raises(UserError, match=r"evil\.pkl: a pickle file in a model directory is refused"):
         load_model(sharded_dir)
     (sharded_dir / "evil.pkl").unlink()
-    _evil_pickle(sharded_dir, SHARDS[1])  # a pickle under a listed shard's name is parsed as safetensors only
+    evil_pickle(sharded_dir, SHARDS[1])  # a pickle under a listed shard's name is parsed as safetensors only
     with pytest.raises(UserError, match=rf"^{sharded_dir / SHARDS[1]}: not a readable safetensors file \("):
         load_model(sharded_dir)
     assert not marker.exists()
-
-
-def test_a_sharded_lm_directory_loads(tmp_path, char_tokenizer):
-    import torch
-
-    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2).eval()
-    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
-    config = yaml.safe_load((lm_dir / "config.yaml").read_text())
-    write_model_dir(lm_dir, config, lm.state_dict(), lm_dir / "tokenizer.model", max_shard_bytes=4_000)
-    assert len(list(lm_dir.glob("model-*.safetensors"))) > 1 and not (lm_dir / "model.safetensors").exists()
-    loaded, _ = load_lm(lm_dir)
-    tokens = [[5, 6, 7], [8, 9]]
-    assert torch.equal(loaded.sentence_nll(tokens), lm.sentence_nll(tokens))
 
 
 @pytest.mark.parametrize(
@@ -304,47 +264,6 @@ def test_a_model_config_with_a_bad_encoder_value_is_one_line_naming_it(model_dir
     (model_dir / "config.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(UserError, match=rf"^{model_dir / 'config.yaml'}: bad model settings \({message}\)$"):
         load_model(model_dir)
-
-
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [({"num_heads": 0}, "num_heads must be at least 1, got 0"), ({"num_layers": -1}, "num_layers must be at least 1")],
-)
-def test_an_lm_config_with_a_bad_value_is_one_line_naming_it(tmp_path, char_tokenizer, change, message):
-    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
-    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
-    config = yaml.safe_load((lm_dir / "config.yaml").read_text())
-    config["lm"].update(change)
-    (lm_dir / "config.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(UserError, match=rf"^{lm_dir / 'config.yaml'}: bad LM settings \({message}"):
-        load_lm(lm_dir)
-
-
-DEEP_YAML = "model: " + "[" * 5000 + "]" * 5000 + "\n"  # PyYAML composes nested collections recursively
-
-
-def test_deeply_nested_yaml_is_one_line_naming_the_file_not_a_recursion_error(
-    model_dir, tmp_path, char_tokenizer, capsys
-):
-    """A model directory's config.yaml, an LM's and ``train --config`` gave a RecursionError traceback."""
-    from srupp_asr.cli import main
-
-    with pytest.raises(RecursionError):  # what the reader met, as a traceback
-        yaml.safe_load(DEEP_YAML)
-    (model_dir / "config.yaml").write_text(DEEP_YAML)
-    with pytest.raises(UserError, match=rf"^{model_dir / 'config.yaml'}: not a usable model config \(YAML nested too"):
-        load_model(model_dir)
-    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
-    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
-    (lm_dir / "config.yaml").write_text(DEEP_YAML)
-    with pytest.raises(UserError, match=rf"^{lm_dir / 'config.yaml'}: not a usable LM config \(YAML nested too deeply"):
-        load_lm(lm_dir)
-    config = tmp_path / "deep.yaml"
-    config.write_text(DEEP_YAML)
-    assert main(["train", "fit", "--config", str(config)]) == 2
-    assert capsys.readouterr().err.strip() == (
-        f"srupp-asr train: error: {config}: not a usable config file (YAML nested too deeply)"
-    )
 
 
 def test_weights_stored_as_integers_where_the_model_has_floats_are_refused(model_dir, char_tokenizer):
