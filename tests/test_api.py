@@ -152,6 +152,37 @@ def test_the_loaded_models_own_device_and_model_are_not_overridden(loaded, utts)
         loaded.transcribe(utts[0][0], device="cpu")
 
 
+def test_decoding_options_as_an_object_or_as_keywords(loaded, utts, overfit_model_dir):
+    """``options=DecodingOptions(...)`` decodes as the same settings given as keywords (whisper's
+    ``**decode_options``); keywords set fields over ``options``; the default is joint with the LM's own weight."""
+    from srupp_asr.decoding import DecodingOptions
+    from srupp_asr.decoding.cli import DEFAULT_OPTIONS
+
+    assert (DEFAULT_OPTIONS.mode, DEFAULT_OPTIONS.lm_weight) == ("joint", None)
+    wav, text = utts[0]
+    by_keywords = loaded.transcribe(wav, **GREEDY)
+    by_options = loaded.transcribe(wav, options=DecodingOptions("ctc_greedy"))
+    assert _words(by_options) == _words(by_keywords) and by_options.text == text
+    assert by_options.decoding == by_keywords.decoding and by_options.decoding["lm_weight"] == 0.0
+    (one_call,) = srupp_asr.transcribe(wav, overfit_model_dir[0], options=DecodingOptions("ctc_greedy"))
+    assert _words(one_call) == _words(by_options)
+    over = loaded.transcribe(wav, options=DecodingOptions("joint", beam=4), decoding="ctc_greedy", beam=None)
+    assert (over.decoding["mode"], over.decoding["beam"]) == ("ctc_greedy", 4)  # None leaves the field as it is
+    assert loaded.transcribe(wav, options=DecodingOptions("joint", beam=2)).decoding["beam"] == 2
+
+
+def test_bad_decoding_keywords_are_one_line_errors(loaded, utts):
+    wav = utts[0][0]
+    with pytest.raises(TypeError, match=r"^transcribe\(\) got an unexpected keyword argument 'beam_size'$"):
+        loaded.transcribe(wav, beam_size=5)
+    with pytest.raises(TypeError, match=r"as decoding= or as mode=, not both"):
+        loaded.transcribe(wav, decoding="joint", mode="ctc_greedy")
+    with pytest.raises(UserError, match=r"^decoding options: beam must be an integer >= 1, got 0$"):
+        loaded.transcribe(wav, beam=0)
+    with pytest.raises(UserError, match=r"^decoding options: mode must be one of .*, got 'greedy'$"):
+        loaded.transcribe(wav, decoding="greedy")
+
+
 def test_importing_the_package_leaves_torch_and_numpy_unloaded():
     code = "import sys, srupp_asr; print('torch' in sys.modules or 'numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

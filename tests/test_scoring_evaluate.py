@@ -64,6 +64,24 @@ def test_evaluate_decodes_scores_and_reports_speed(eval_cuts, tmp_path, capsys):
     assert "real-time factor" in (out / "report.html").read_text(encoding="utf-8")
 
 
+def test_evaluate_in_python_takes_decoding_options_or_keywords(eval_cuts, tmp_path):
+    """``evaluate(options=DecodingOptions(...))`` decodes as the same settings given as keywords, as ``transcribe``
+    does; an unknown keyword is a TypeError naming it."""
+    from srupp_asr.decoding import DecodingOptions
+    from srupp_asr.scoring.evaluate import evaluate
+
+    model_dir, cuts = eval_cuts
+    common = {"device": "cpu", "batch_size": 3, "errors": []}
+    by_options, speed = evaluate(model_dir, cuts, tmp_path / "a", options=DecodingOptions("ctc_greedy"), **common)
+    by_keywords, _ = evaluate(model_dir, cuts, tmp_path / "b", decoding="ctc_greedy", **common)
+    assert (tmp_path / "a" / "hyp.jsonl").read_text() == (tmp_path / "b" / "hyp.jsonl").read_text()
+    assert by_options.total().errors == by_keywords.total().errors == 3 and speed.utterances == 8
+    assert "- decoding: `mode=ctc_greedy`" in (tmp_path / "a" / "results.md").read_text(encoding="utf-8")
+    with pytest.raises(TypeError, match=r"^evaluate\(\) got an unexpected keyword argument 'beam_size'$"):
+        evaluate(model_dir, cuts, tmp_path / "c", beam_size=4, **common)
+    assert not (tmp_path / "c").exists()
+
+
 def _edited(cuts_path, out_path, edit):
     """A copy of a cut manifest with ``edit(list of cut dicts)`` applied."""
     import gzip

@@ -1,0 +1,99 @@
+"""The batched decode driver ``transcribe`` and ``evaluate`` share (:mod:`srupp_asr.decoding.batch`): results in
+input order whatever the batching, one recording's failure its own, chunked or whole by the limits; and the module
+layering that keeps ``transcribe`` from importing the API module that calls it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+import torch
+
+from srupp_asr.audio import SAMPLE_RATE, AudioReader, SamplesReader
+from srupp_asr.decoding import DecodingOptions
+from srupp_asr.decoding.batch import BatchDecoder, Batching, LoadedModel, Recording, UnusableModel
+from srupp_asr.errors import UserError
+
+GREEDY = DecodingOptions("ctc_greedy")
+
+
+@pytest.fixture(scope="module")
+def loaded(overfit_model_dir):
+    return LoadedModel.load(overfit_model_dir[0], device="cpu")
+
+
+def _file(path: Path) -> Recording:
+    with AudioReader(path) as reader:
+        return Recording(str(path), reader.num_samples, lambda: AudioReader(path))
+
+
+def _unreadable(name: str, num_samples: int) -> Recording:
+    def open_it():
+        raise UserError(f"{name}: not a readable audio file")
+
+    return Recording(name, num_samples, open_it)
+
+
+def test_results_come_in_input_order_and_a_failure_is_that_recordings_own(loaded, overfit_model_dir):
+    utts = overfit_model_dir[1]
+    files = [_file(w) for w, _ in utts[:5]]
+    recordings = [files[0], _unreadable("gone.wav", 99_999_999 // 1000), *files[1:]]
+    decoder = BatchDecoder(loaded.net, loaded.tokenizer, GREEDY, batching=Batching(batch_size=3), name="m")
+    steps: list[float] = []
+    results = list(decoder.run(recordings, steps.append))
+    assert [r.recording.name for r in results] == [r.name for r in recordings]
+    assert str(results[1].error) == "gone.wav: not a readable audio file" and results[1].text == ""
+    assert [r.text for r in results if r.error is None] == [t for _, t in utts[:5]]
+    assert all(r.chunks == [(0.0, r.num_samples / SAMPLE_RATE)] for r in results if r.error is None)
+    assert all(r.seconds > 0 and 0 < r.decode_seconds <= r.seconds for r in results if r.error is None)
+    assert len(steps) == 2  # 6 recordings, 3 at a time: one progress step per batch
+    decoded = sum(r.num_samples for r in results if r.error is None) + recordings[1].num_samples
+    assert sum(steps) == pytest.approx(decoded / SAMPLE_RATE)
+
+
+def test_the_limits_decide_whole_or_chunked(loaded, overfit_model_dir):
+    """Without limits (``evaluate``'s) a recording is decoded whole however long; with ``transcribe``'s a recording
+    longer than the budget is read and decoded in chunks, its words in absolute times."""
+    wav, text = overfit_model_dir[1][0]
+    audio = torch.from_numpy(sf.read(wav, dtype="float32")[0])
+    twice = torch.cat([audio, torch.zeros(SAMPLE_RATE), audio])
+    recording = Recording("twice", twice.numel(), lambda: SamplesReader(twice.numpy(), SAMPLE_RATE, name="twice"))
+    (whole,) = BatchDecoder(loaded.net, loaded.tokenizer, GREEDY).run([recording])
+    assert whole.chunks == [(0.0, twice.numel() / SAMPLE_RATE)]
+    limits = Batching.chunked(GREEDY, batch_size=2, max_chunk_seconds=audio.numel() / SAMPLE_RATE + 0.5,
+                              chunk_overlap=0.0, vad=True)  # fmt: skip
+    (chunked,) = BatchDecoder(loaded.net, loaded.tokenizer, GREEDY, batching=limits).run([recording])
+    assert len(chunked.chunks) == 3 and chunked.chunks[-1][1] == pytest.approx(twice.numel() / SAMPLE_RATE)
+    # The first utterance's chunk is exact; the second holds some of the pause, which the overfit model garbles.
+    assert chunked.text.startswith(f"{text} ") and chunked.text != text
+    assert chunked.words[-1].start > chunked.chunks[-1][0]  # shifted to the recording's time
+    # the attention modes cut pieces of ATTENTION_PIECE_SECONDS at pauses, whatever the budget
+    joint = Batching.chunked(DecodingOptions("joint"), 8, 600.0, 10.0, vad=False)
+    assert (joint.piece_samples, joint.overlap_samples, joint.vad) == (10 * SAMPLE_RATE, 10 * SAMPLE_RATE // 4, True)
+    assert Batching.chunked(GREEDY, 8, 600.0, 10.0, vad=False).piece_samples == 600 * SAMPLE_RATE
+
+
+def test_a_model_that_cannot_decode_as_asked_stops_everything(loaded, overfit_model_dir, monkeypatch):
+    decoder = BatchDecoder(loaded.net, loaded.tokenizer, DecodingOptions("joint"), name="the-model")
+    monkeypatch.setattr(loaded.net, "decoder", None)
+    with pytest.raises(UnusableModel, match=r"^the-model: mode joint .* needs an attention decoder"):
+        list(decoder.run([_file(overfit_model_dir[1][0][0])]))
+
+
+def _imports(module: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_transcribe_and_the_driver_do_not_import_the_api_module_that_calls_them():
+    package = Path(__file__).resolve().parents[1] / "srupp_asr"
+    assert "srupp_asr.transcribe" in _imports(package / "api.py")
+    for module in ("transcribe.py", "decoding/batch.py", "scoring/evaluate.py"):
+        assert not {"srupp_asr.api", "srupp_asr.transcribe"} & _imports(package / module), module
