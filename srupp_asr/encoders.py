@@ -54,7 +54,7 @@ def sinusoidal_positions(
 def _full_lengths(x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
     if lengths is None:
         return torch.full((x.shape[0],), x.shape[1], dtype=torch.long, device=x.device)
-    return lengths.to(x.device)
+    return lengths.to(x.device, non_blocking=lengths.device.type == "cpu")  # host lengths: a copy that does not block
 
 
 class ConformerEncoder(nn.Module):
@@ -176,10 +176,15 @@ class BLSTMEncoder(nn.Module):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``x``: ``(B, T, input_size)``; returns ``(out (B, T, d_model), lengths)``, zeros on padded frames."""
         T = x.shape[1]
+        # Packing wants the lengths on the host: host lengths (a training batch's) spare a blocking copy.
+        host = lengths if lengths is not None and lengths.device.type == "cpu" else None
         lengths = _full_lengths(x, lengths)
         # Packing rejects empty sequences: run those over one frame and zero the result.
         packed = nn.utils.rnn.pack_padded_sequence(
-            self.input_proj(x), lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
+            self.input_proj(x),
+            (lengths if host is None else host).clamp(min=1).cpu(),
+            batch_first=True,
+            enforce_sorted=False,
         )
         out, _ = self.lstm(packed)
         out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=T)

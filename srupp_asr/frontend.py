@@ -101,7 +101,8 @@ class Fbank(nn.Module):
     def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S) waveforms in [-1, 1] and their lengths in samples -> ((B, T, n_mels) log-mel, (B,) frame counts)."""
         batch, samples = wav.shape
-        frame_lengths = num_frames(lengths.to(wav.device))
+        # Lengths on the host (a training batch's) are copied without blocking: the host never waits here.
+        frame_lengths = num_frames(lengths.to(wav.device, non_blocking=lengths.device.type == "cpu"))
         if samples < WIN_LENGTH:
             return wav.new_zeros(batch, 0, self.n_mels, dtype=torch.float32), frame_lengths
         # Under mixed precision the power spectrum overflows fp16 and loses the log floor in bf16.

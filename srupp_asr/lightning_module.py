@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 # lhotse's ids of the cut copies it pads the last round of a DDP epoch with (sampling/base.py mark_as_duplicate)
 DUPLICATE_ID = re.compile(r"_dup\d+$")
+# The batch entries transfer_batch_to_device leaves on the host, and the key of its host copy of the tokens.
+HOST_KEYS = ("audio_lens", "token_lens")
+HOST_TOKENS = "host_tokens"
 
 
 class ASRLightningModule(L.LightningModule):
@@ -147,35 +150,60 @@ class ASRLightningModule(L.LightningModule):
         batch_size = batch["audio"].size(0)
         out = None
         if batch_size > 0:  # the dataset leaves out cuts whose audio fails to load, possibly all of them
-            enc, enc_lens = self.model.encode(batch["audio"], batch["audio_lens"])
-            out = self.model.losses(enc, enc_lens, batch["tokens"], batch["token_lens"])
+            audio_lens, tokens, token_lens = batch["audio_lens"], batch["tokens"], batch["token_lens"]
+            enc, enc_lens = self.model.encode(batch["audio"], audio_lens)
+            if audio_lens.device.type == "cpu":  # kept on the host (transfer_batch_to_device): CTC reads them there
+                enc_lens = self.model.encoder_lengths(audio_lens)
+            out = self.model.losses(enc, enc_lens, tokens, token_lens)
             if self.model.ctc is not None:
-                self._count_ctc_unreachable(enc_lens, batch["tokens"], batch["token_lens"], batch_size)
-        # Every rank must take the same decision or DDP's gradient all-reduce would wait forever.
-        bad = torch.tensor(
-            [float(out is None), float(out is not None and not torch.isfinite(out["loss"].detach()))],
-            device=self.device,
-        )
-        empty, nonfinite = (float(x) > 0 for x in self.trainer.strategy.reduce(bad, reduce_op="sum"))
+                self._count_ctc_unreachable(enc_lens, batch.get(HOST_TOKENS, tokens), token_lens, batch_size)
+        # Every rank must take the same decision or DDP's gradient all-reduce would wait forever. The flags are made
+        # on the device (no blocking copy from the host) and read back at once: the step's one host sync.
+        empty_flag = torch.full((), float(out is None), device=self.device)
+        if out is None:
+            nonfinite_flag = torch.zeros((), device=self.device)
+        else:
+            nonfinite_flag = (~torch.isfinite(out["loss"].detach())).float()
+        bad = torch.stack([empty_flag, nonfinite_flag])
+        empty, nonfinite = (x > 0 for x in self.trainer.strategy.reduce(bad, reduce_op="sum").tolist())
         if nonfinite:
             self._count_nonfinite()
         elif not empty:
             self._nonfinite_in_a_row = 0
-        self.log("train/nonfinite_skipped", float(self.nonfinite_skipped), batch_size=max(batch_size, 1))
+        # Numbers are logged as host tensors: Lightning would copy a Python number to the device, blocking.
+        skipped = torch.tensor(float(self.nonfinite_skipped))
+        self.log("train/nonfinite_skipped", skipped, batch_size=max(batch_size, 1))
         if empty or nonfinite:
             return self._skip_update()
         metrics = {f"train/{k}": v.detach() for k, v in out.items() if v is not None}
-        metrics["train/lr"] = self.trainer.optimizers[0].param_groups[0]["lr"]
-        self.log("train/loss", metrics.pop("train/loss"), prog_bar=True, batch_size=batch_size)
+        metrics["train/lr"] = torch.tensor(float(self.trainer.optimizers[0].param_groups[0]["lr"]))
+        # Not prog_bar=True: Lightning would read a progress-bar value back to the host after every batch (a sync
+        # per step); srupp_asr.progress.RunProgressBar shows train/loss from the callback metrics twice a second.
+        self.log("train/loss", metrics.pop("train/loss"), batch_size=batch_size)
         self.log_dict(metrics, batch_size=batch_size)
         return out["loss"]
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Lightning's transfer, except that a batch's ``audio_lens`` and ``token_lens`` stay on the host and a host
+        copy of its ``tokens`` is kept (as ``host_tokens``): the lengths are all a step reads on the host (CTC's
+        lengths, whether the batch is padded, the utterances CTC cannot emit), so it never waits for the device."""
+        needed = (*HOST_KEYS, "tokens")
+        if not isinstance(batch, dict) or not all(isinstance(batch.get(k), torch.Tensor) for k in needed):
+            return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        rest = {k: v for k, v in batch.items() if k not in HOST_KEYS}
+        moved = super().transfer_batch_to_device(rest, device, dataloader_idx)
+        return {**moved, **{k: batch[k].cpu() for k in HOST_KEYS}, HOST_TOKENS: batch["tokens"].cpu()}
 
     def _count_ctc_unreachable(
         self, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor, batch_size: int
     ) -> None:
         """Log ``train/ctc_unreachable`` (summed per epoch): the utterances whose transcripts CTC cannot emit from
         their encoder frames, which then train the attention decoder only; warn the first time one comes."""
-        unreachable = int((enc_lens.to(tokens.device) < ctc_frames_needed(tokens, token_lens)).sum())
+        # On the host when the batch's lengths and tokens are there (transfer_batch_to_device): no sync then.
+        needed = ctc_frames_needed(tokens, token_lens)
+        if enc_lens.device != needed.device:
+            enc_lens = enc_lens.to(needed.device)
+        unreachable = int((enc_lens < needed).sum())
         if unreachable and not self._warned_unreachable:
             self._warned_unreachable = True
             log.warning(
@@ -186,8 +214,13 @@ class ASRLightningModule(L.LightningModule):
                 batch_size,
                 self.model.subsampling.factor,
             )
-        self.log(
-            "train/ctc_unreachable", float(unreachable), on_step=False, on_epoch=True, reduce_fx="sum", sync_dist=True
+        self.log(  # a device tensor made by a fill, not a blocking copy: summed across ranks at the epoch's end
+            "train/ctc_unreachable",
+            torch.full((), float(unreachable), device=self.device),
+            on_step=False,
+            on_epoch=True,
+            reduce_fx="sum",
+            sync_dist=True,
         )
 
     def _count_nonfinite(self) -> None:

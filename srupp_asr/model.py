@@ -24,8 +24,8 @@ from torch import nn
 from srupp_asr.checks import check_choice, check_keywords, check_number, config_options
 from srupp_asr.decoder import IGNORE_ID, LabelSmoothingLoss, TransformerDecoder, add_sos_eos
 from srupp_asr.encoders import ENCODER_NAMES, build_encoder
-from srupp_asr.frontend import Fbank, GlobalCMVN, SpecAugment
-from srupp_asr.subsampling import Conv2dSubsampling, fewest_frames
+from srupp_asr.frontend import Fbank, GlobalCMVN, SpecAugment, num_frames
+from srupp_asr.subsampling import Conv2dSubsampling, fewest_frames, subsampled_length
 from srupp_asr.tokenizer import Tokenizer
 
 BLANK_ID = Tokenizer.blank_id
@@ -109,7 +109,11 @@ class ASRModel(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def encode(self, audio: torch.Tensor, audio_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, S) 16 kHz waveforms and (B,) sample counts -> ((B, T', D) encoder output, (B,) frame counts), T' >= 1."""
+        """(B, S) 16 kHz waveforms and (B,) sample counts -> ((B, T', D) encoder output, (B,) frame counts), T' >= 1.
+
+        The frame counts are on ``audio``'s device. ``audio_lens`` may stay on the host (CPU) while ``audio`` is on an
+        accelerator, as a training batch's do (see ``ASRLightningModule.transfer_batch_to_device``): the encoder then
+        learns on the host whether the batch is padded, and the host never waits for the device here."""
         feats, lens = self.fbank(audio, audio_lens)
         feats = self.cmvn(feats, lens)
         if self.specaugment is not None:
@@ -121,7 +125,14 @@ class ASRModel(nn.Module):
         if shortfall > 0:
             feats = F.pad(feats, (0, 0, 0, shortfall))
         x, lens = self.subsampling(feats, lens)
-        return self.encoder(x, lens)
+        # The same counts, on the host when the batch's are (the encoders read them there for free).
+        enc, _ = self.encoder(x, self.encoder_lengths(audio_lens) if _on_host(audio_lens) else lens)
+        return enc, lens
+
+    def encoder_lengths(self, audio_lens: torch.Tensor) -> torch.Tensor:
+        """(B,) sample counts -> (B,) encoder frame counts, computed where ``audio_lens`` lies (the counts
+        :meth:`encode` gives: Fbank frames, then the subsampling's)."""
+        return subsampled_length(num_frames(audio_lens), self.subsampling.factor)
 
     def ctc_log_probs(self, enc: torch.Tensor) -> torch.Tensor:
         """(B, T', D) encoder output -> (B, T', V) float32 CTC log-probabilities."""
@@ -132,19 +143,28 @@ class ASRModel(nn.Module):
     def forward(
         self, audio: torch.Tensor, audio_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor
     ) -> dict[str, torch.Tensor | None]:
-        """Joint loss on a batch: dict(loss, loss_ctc, loss_att, acc); the parts a model lacks are None."""
+        """Joint loss on a batch: dict(loss, loss_ctc, loss_att, acc); the parts a model lacks are None.
+
+        The lengths may stay on the host while the audio and tokens are on an accelerator (no host sync then)."""
         enc, enc_lens = self.encode(audio, audio_lens)
+        if _on_host(audio_lens):
+            enc_lens = self.encoder_lengths(audio_lens)  # CTC reads its lengths on the host
         return self.losses(enc, enc_lens, tokens, token_lens)
 
     def losses(
         self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor
     ) -> dict[str, torch.Tensor | None]:
-        """:meth:`forward` from an :meth:`encode` output (so validation can decode the same encoding)."""
-        token_lens = token_lens.to(tokens.device)
+        """:meth:`forward` from an :meth:`encode` output (so validation can decode the same encoding).
+
+        ``enc_lens`` and ``token_lens`` may be on the host (CPU) with ``enc`` and ``tokens`` on an accelerator: CUDA's
+        CTC reads its lengths on the host, so host lengths spare it a blocking copy of each (a host sync); the
+        decoder's masks get a copy that does not block."""
         loss_ctc = loss_att = acc = None
         if self.ctc is not None:
             loss_ctc = self._ctc_loss(enc, enc_lens, tokens, token_lens)
         if self.decoder is not None:
+            enc_lens = enc_lens.to(enc.device, non_blocking=enc_lens.device.type == "cpu")
+            token_lens = token_lens.to(tokens.device, non_blocking=token_lens.device.type == "cpu")
             loss_att, acc = self._attention_loss(enc, enc_lens, tokens, token_lens)
         if loss_ctc is None:
             loss = loss_att
@@ -188,6 +208,11 @@ class ASRModel(nn.Module):
         return collapse_ctc_paths(self.ctc_log_probs(enc).argmax(-1), enc_lens)
 
 
+def _on_host(lengths: torch.Tensor) -> bool:
+    """Whether ``lengths`` lie on the host (reading them makes no accelerator wait; on a CPU run, always)."""
+    return lengths.device.type == "cpu"
+
+
 def _build(cls: type[nn.Module], conf: dict[str, Any] | None, *args: Any, **internal: Any) -> nn.Module:
     """``cls(*args, **conf, **internal)``, refusing a key of the config block ``conf`` that ``cls`` does not take
     (or that the model sets itself: the positional ``args`` and the ``internal`` keywords)."""
@@ -200,7 +225,8 @@ def _build(cls: type[nn.Module], conf: dict[str, Any] | None, *args: Any, **inte
 def ctc_frames_needed(tokens: torch.Tensor, token_lens: torch.Tensor) -> torch.Tensor:
     """(B,) the fewest encoder frames from which CTC can emit each padded transcript of ``tokens`` (B, U): its
     tokens plus a blank between each two equal neighbours."""
-    token_lens = token_lens.to(tokens.device)
+    if token_lens.device != tokens.device:
+        token_lens = token_lens.to(tokens.device)
     inside = torch.arange(1, tokens.size(1), device=tokens.device)[None, :] < token_lens[:, None]
     return token_lens + ((tokens[:, 1:] == tokens[:, :-1]) & inside).sum(1)
 

@@ -95,17 +95,22 @@ class SRUppLayer(nn.Module):
         return f"attention={self.attention}, heads={self.num_heads}, {kind}, params={n:,}"
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, c0: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        c0: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x``: ``(L, B, D)``; ``mask``: ``(L, B)`` bool, True on real steps. Returns ``(h, c_last)``."""
+        """``x``: ``(L, B, D)``; ``mask``: ``(L, B)`` bool, True on real steps. Returns ``(h, c_last)``.
+        ``key_mask``: :func:`attention_key_mask` of ``mask``, when the caller made it once for several layers."""
         L, B, D = x.shape
         q = self.wq(x)
-        z = q + self.alpha * self._attend(q, mask) if self.attention else q
+        z = q + self.alpha * self._attend(q, mask, key_mask) if self.attention else q
         u = self.wo(self.norm(z)).view(L, B, D, 3)
         h, c = sru_recurrence(u, x, self.weight_c, self.bias, c0, mask, self.bidirectional)
         return self.dropout(h), c
 
-    def _attend(self, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _attend(self, q: torch.Tensor, mask: torch.Tensor | None, key_mask: torch.Tensor | None) -> torch.Tensor:
         L, B, _ = q.shape
         heads, dh = self.num_heads, self.attn_dim // self.num_heads
 
@@ -113,19 +118,14 @@ class SRUppLayer(nn.Module):
             return t.view(L, B, heads, dh).permute(1, 2, 0, 3)
 
         k, v = self.wk(q), self.wv(q)
-        key_mask = None
         if self.causal:
             # Padding is on the right: a real step never sees a padded key before it, so the causal mask suffices.
             a = F.scaled_dot_product_attention(
                 split(q), split(k), split(v), is_causal=True, dropout_p=self.attn_dropout if self.training else 0.0
             )
             return a.permute(2, 0, 1, 3).reshape(L, B, self.attn_dim)
-        if mask is not None:
-            # A sequence with no real step attends everywhere instead of producing NaN; its
-            # outputs are discarded by the recurrence anyway.
-            # Contiguous (B, 1, 1, L): the fused (memory-efficient) attention kernels need the mask's last
-            # dimension to have stride 1; a transposed view of the (L, B) mask sends SDPA to its math fallback.
-            key_mask = (mask | ~mask.any(0, keepdim=True)).t().contiguous()[:, None, None, :]
+        if key_mask is None and mask is not None:
+            key_mask = attention_key_mask(mask)
         a = F.scaled_dot_product_attention(
             split(q), split(k), split(v), attn_mask=key_mask, dropout_p=self.attn_dropout if self.training else 0.0
         )
@@ -149,6 +149,15 @@ class SRUppLayer(nn.Module):
         u = self.wo(self.norm(q)).view(1, B, D, 3)
         h, c = sru_recurrence(u, x[None], self.weight_c, self.bias, None if state is None else state.c)
         return h[0], LayerState(c, keys, values)
+
+
+def attention_key_mask(mask: torch.Tensor) -> torch.Tensor:
+    """The ``(B, 1, 1, L)`` key mask of a non-causal attention layer from the ``(L, B)`` step mask (True = real).
+
+    A sequence with no real step attends everywhere instead of producing NaN; its outputs are discarded by the
+    recurrence anyway. Contiguous: the fused (memory-efficient, cuDNN) attention kernels need the mask's last
+    dimension to have stride 1; a transposed view of the ``(L, B)`` mask sends SDPA to its math fallback."""
+    return (mask | ~mask.any(0, keepdim=True)).t().contiguous()[:, None, None, :]
 
 
 def check_layer_options(
@@ -260,16 +269,22 @@ class SRUppEncoder(nn.Module):
         """``x``: ``(B, T, input_size)``; ``lengths``: ``(B,)`` valid frames. Returns ``(out, lengths)``,
         ``out`` of shape ``(B, T, d_model)`` with zeros on padded frames."""
         B, T, _ = x.shape
+        h = self.input_proj(x).transpose(0, 1)
+        # Read on the host: free for host lengths (a training batch's, see ASRModel.encode, or a CPU run); lengths
+        # on an accelerator make the host wait for this one value.
+        padded = lengths is not None and bool((lengths < T).any())
+        host = lengths is not None and lengths.device.type == "cpu"
+        mask = key_mask = None  # nothing padded: the kernels skip the mask
+        if padded:
+            # Built once per batch and shared by every layer (a host tensor is copied without blocking).
+            mask = torch.arange(T, device=x.device)[:, None] < lengths.to(x.device, non_blocking=host)[None, :]
+            h = h * mask[..., None]
+            if any(layer.attention and not layer.causal for layer in self.layers):
+                key_mask = attention_key_mask(mask)
+        for layer in self.layers:
+            h, _ = layer(h, mask, key_mask=key_mask)
         if lengths is None:
             lengths = torch.full((B,), T, dtype=torch.long, device=x.device)
-        mask = torch.arange(T, device=x.device)[:, None] < lengths.to(x.device)[None, :]  # (T, B)
-        h = self.input_proj(x).transpose(0, 1)
-        if not bool(mask.all()):
-            h = h * mask[..., None]
-        else:
-            mask = None  # nothing padded: the kernels skip the mask
-        for layer in self.layers:
-            h, _ = layer(h, mask)
         return h.transpose(0, 1), lengths
 
     def step(self, x: torch.Tensor, states: list[LayerState] | None = None) -> tuple[torch.Tensor, list[LayerState]]:

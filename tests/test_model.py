@@ -571,3 +571,88 @@ def test_readme_srupp_parameter_example_is_the_built_encoder():
     with torch.device("meta"):
         encoder = SRUppEncoder(256, d_model=512, num_layers=10, attn_dim=128, attn_every=5)
     assert sum(p.numel() for p in encoder.parameters()) == SRUppEncoder.num_params(256, 512, 10, 128, 5) == 2_841_602
+
+
+# ---------------------------------------------------------------- host syncs of a training step (issue 28)
+
+
+def test_encoder_lengths_on_the_host_are_the_counts_encode_gives():
+    model = tiny_model().eval()
+    lens = torch.tensor([0, 399, 400, 1000, 1359, 1360, 1361, 16000, 16001])
+    _, enc_lens = model.encode(torch.zeros(len(lens), int(lens.max())), lens)
+    assert torch.equal(model.encoder_lengths(lens), enc_lens)
+
+
+def test_srupp_key_mask_made_once_per_batch_equals_each_layer_making_its_own():
+    torch.manual_seed(0)
+    encoder = SRUppEncoder(8, d_model=16, num_layers=3, attn_dim=8, num_heads=2, attn_every=1).eval()
+    x, lens = torch.randn(3, 7, 8), torch.tensor([7, 4, 0])
+    out, _ = encoder(x, lens)
+    mask = torch.arange(7)[:, None] < lens[None, :]
+    h = encoder.input_proj(x).transpose(0, 1) * mask[..., None]
+    for layer in encoder.layers:
+        h, _ = layer(h, mask)  # each layer builds the key mask itself
+    assert torch.equal(out, h.transpose(0, 1))
+
+
+class _SyncCountingModule(ASRLightningModule):
+    """Counts, with tests/host_syncs.py, what training_step and backward would make the host wait for on a GPU."""
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        moved = super().transfer_batch_to_device(batch, device, dataloader_idx)
+        # On a CPU the "device" tokens are the host's tensor itself: a copy keeps the two apart, as on a GPU.
+        return {**moved, "tokens": moved["tokens"].clone()}
+
+    def training_step(self, batch, batch_idx):
+        from tests.host_syncs import HostSyncCounter
+
+        host = [batch[k] for k in ("audio_lens", "token_lens", "host_tokens")]
+        self.counter = HostSyncCounter(host)
+        with self.counter:
+            return super().training_step(batch, batch_idx)
+
+    def backward(self, loss, *args, **kwargs):
+        with self.counter:
+            super().backward(loss, *args, **kwargs)
+        self.counts.append((dict(self.counter.syncs), sum(self.counter.inherent.values())))
+
+
+@pytest.mark.parametrize("ctc_weight", [0.3, 1.0])
+def test_a_training_step_reads_the_device_once(char_tokenizer, ctc_weight):
+    # Was 4 reads in training_step alone on a GPU (the non-finite guard's flags made on the host and read back one
+    # by one, the loss's finiteness, the count of utterances CTC cannot emit), 3 blocking copies of logged numbers to
+    # the device, 1 in the SRU++ encoder (is the batch padded?) and 2 in CTC (its lengths, read back to the host).
+    # What remains: the non-finite guard's one fused read (the skip decision is the host's, before backward, and
+    # every rank's must agree) and PyTorch's CUDA CTC, which copies host lengths to the device inside, forward
+    # and backward (counted apart).
+    import lightning as L
+
+    torch.manual_seed(0)
+    module = _SyncCountingModule(
+        str(char_tokenizer.path),
+        d_model=16,
+        encoder_conf=ENCODER_CONFS["srupp"],
+        decoder_conf=DECODER_CONF,
+        ctc_weight=ctc_weight,
+        warmup_steps=10,
+    )
+    module.counts = []
+    audio, lens, tokens, token_lens = random_batch()
+    batch = {"audio": audio, "audio_lens": lens, "tokens": tokens, "token_lens": token_lens}
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch, batch], batch_size=None))
+    assert len(module.counts) == 2
+    for syncs, ctc in module.counts:
+        assert len(syncs) == 1 and next(iter(syncs)).startswith("srupp_asr/lightning_module.py"), syncs
+        assert sum(syncs.values()) == 1
+        assert ctc == 2  # F.ctc_loss forward and backward
+    assert {"train/loss", "train/lr", "train/nonfinite_skipped"} <= set(trainer.callback_metrics)
