@@ -71,10 +71,6 @@ class ASRDataset(torch.utils.data.Dataset):
     ) -> None:
         """Build the dataset; augmentations are off unless their arguments are given."""
         self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer(tokenizer)
-        # (cut id, one-line error) of each cut left out because its audio did not load; a caller in this process
-        # (``evaluate``) reads and clears it, in a DataLoader worker nobody does, so it is capped
-        self.load_errors: list[tuple[str, str]] = []
-        self.warn_load_errors = True  # log each as a warning (off where the caller reports them itself)
         self.speed_perturb = tuple(float(f) for f in speed_perturb) if speed_perturb else ()
         if any(f <= 0 for f in self.speed_perturb):
             raise UserError(f"speed_perturb: factors must be positive, got {list(self.speed_perturb)}")
@@ -172,10 +168,7 @@ class ASRDataset(torch.utils.data.Dataset):
             try:
                 audio = load_cut_audio(cut)
             except UserError as err:  # lose the cut, not the epoch
-                if self.warn_load_errors:
-                    log.warning("skipping %s", err)
-                if len(self.load_errors) < 10_000:
-                    self.load_errors.append((cut.id, str(err)))
+                log.warning("skipping %s", err)
                 continue
             # What transcribe and the CMVN statistics hear: mono, clipped to full scale as a 16-bit encoder would.
             audio = prepare_waveform(audio, cut.sampling_rate)
