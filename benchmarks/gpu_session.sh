@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # The GPU checks of a short lease, in one call (a lease may be 15 minutes in all): the training step before and
 # after the step-efficiency fixes, SRU++ and Conformer at the LibriSpeech shape (~98 M parameters, bf16, a 200-s
-# batch), with a torch.profiler table of each; the same with cudnn.benchmark; the recurrence's kernel variants;
-# then every GPU test. Each part has its own time limit, so one that hangs costs only its share.
+# batch), with a torch.profiler table of each (device time, host syncs, aten calls per step); the same under
+# torch.compile; optionally with cudnn.benchmark and the recurrence's kernel variants; then every GPU test. Each
+# part has its own time limit, so one that hangs costs only its share.
 #
-#   here:  git archive HEAD~N srupp_asr kernels benchmarks | tar -x -C exp/baseline  (the code before the fixes;
-#          then mv exp/baseline/kernels exp/baseline/srupp_asr/kernels and drop its default_model)
+#   here:  rm -rf exp/baseline && mkdir -p exp/baseline &&
+#          git archive BASE srupp_asr kernels benchmarks | tar -x -C exp/baseline  (the code before the fixes;
+#          then mv exp/baseline/kernels exp/baseline/srupp_asr/kernels and drop its default_model).
+#          For the host-sync fixes of issue 28 (2026-11-28), BASE is 28e2d53 (the commit before them; the fused
+#          Adam / contiguous mask / 2x8 fixes were already in it).
 #   there: benchmarks/gpu_session.sh        (carry .whl, the wheels the machine lacks, and exp/baseline)
 #
-# PARTS picks the parts (default "after before cudnn recurrence tests"); TESTS, the GPU tests' pytest arguments
+# PARTS picks the parts (default "after before compile tests"; also "cudnn", "recurrence"); TESTS, the GPU tests'
+# pytest arguments
 # (default: all of them, through tests/run_gpu_tests.py). The decoding GPU tests synthesise speech with espeak-ng:
 # carry its .debs in .espeak_debs (apt-get download espeak-ng and its libraries) and they are installed first.
 #
@@ -27,7 +32,7 @@ fi
 if [ -d .espeak_debs ] && ! command -v espeak-ng >/dev/null; then
   bash recipes/synth_en/local/install_debs.sh --no-check .espeak_debs >/dev/null || say "espeak-ng debs failed"
 fi
-parts=" ${PARTS:-after before cudnn recurrence tests} "
+parts=" ${PARTS:-after before compile tests} "
 part() { [[ $parts == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee "$out/gpu.txt"
 export PYTHONUNBUFFERED=1
@@ -37,9 +42,14 @@ part after && say "training step, after the fixes (profiled)" &&
   timeout 130 "$py" "${throughput[@]}" --profile 3 >"$out/throughput_after.md" 2>"$out/throughput_after.err"
 if [ -d exp/baseline ] && part before; then
   say "training step, before the fixes (exp/baseline)"
-  PYTHONPATH=exp/baseline${PYTHONPATH:+:$PYTHONPATH} timeout 100 "$py" exp/baseline/"${throughput[0]}" \
-    "${throughput[@]:1}" >"$out/throughput_before.md" 2>"$out/throughput_before.err"
+  PYTHONPATH=exp/baseline${PYTHONPATH:+:$PYTHONPATH} timeout 130 "$py" exp/baseline/"${throughput[0]}" \
+    "${throughput[@]:1}" --profile 3 >"$out/throughput_before.md" 2>"$out/throughput_before.err"
 fi
+# torch.compile: the first warm-up step compiles (a minute or two per encoder at this size; the parts together fit
+# 15 minutes of device time with the machine's start only if compile takes under 4 minutes).
+part compile && say "training step, after the fixes, torch.compile (profiled)" &&
+  timeout 240 "$py" "${throughput[@]}" --compile --profile 3 >"$out/throughput_compile.md" \
+  2>"$out/throughput_compile.err"
 part cudnn && say "training step, after the fixes, cudnn.benchmark" &&
   timeout 100 "$py" "${throughput[@]}" --cudnn-benchmark >"$out/throughput_cudnn.md" 2>"$out/throughput_cudnn.err"
 part recurrence && say "recurrence kernel variants" &&
@@ -49,15 +59,15 @@ if part tests; then
   say "GPU tests"
   if [ -n "${TESTS:-}" ]; then
     # shellcheck disable=SC2086
-    timeout "${GPU_TEST_SECONDS:-150}" "$py" -m pytest -q -m gpu -p no:cacheprovider $TESTS >"$out/gpu_tests.log" 2>&1
+    timeout "${GPU_TEST_SECONDS:-120}" "$py" -m pytest -q -m gpu -p no:cacheprovider $TESTS >"$out/gpu_tests.log" 2>&1
   else
-    timeout "${GPU_TEST_SECONDS:-150}" "$py" tests/run_gpu_tests.py >"$out/gpu_tests.log" 2>&1
+    timeout "${GPU_TEST_SECONDS:-120}" "$py" tests/run_gpu_tests.py >"$out/gpu_tests.log" 2>&1
   fi
   echo "gpu tests exit status $?" >>"$out/gpu_tests.log"
 fi
 say "done"
 
-for f in throughput_before throughput_after throughput_cudnn; do
+for f in throughput_before throughput_after throughput_compile throughput_cudnn; do
   [ -f "$out/$f.md" ] || continue
   echo "== $f"
   grep -E '^(device|size|\| |srupp:|conformer:|per step)' "$out/$f.md" | grep -v '^| *aten\|^| *-' | head -12

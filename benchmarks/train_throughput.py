@@ -27,6 +27,11 @@ was built, which also counts memory the allocator keeps after freeing it.
     python benchmarks/train_throughput.py --size ci                          # ~1-2 min on 2 CPU cores
     python benchmarks/train_throughput.py --size small --device cuda --precision bf16
     python benchmarks/train_throughput.py --size large --device cuda --precision bf16   # ~100 M parameters
+
+``--compile`` runs the model under ``torch.compile`` (the recurrence, CTC and the encoder's padding check between
+its graphs; compiled in the first warm-up step, so give at least one). ``--profile N`` adds a torch.profiler table
+of N more steps with, per step, the device time, the host syncs (CUDA), and the aten operator calls (a proxy for
+kernel launches, and the only count on a CPU).
 """
 
 from __future__ import annotations
@@ -210,7 +215,10 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(job["threads"])
     torch.manual_seed(SEED)
     device = torch.device(job["device"])
-    batch = {k: v.to(device) for k, v in synthetic_batch(job["batch_seconds"], job["utt_seconds"]).items()}
+    # As in training (ASRLightningModule.transfer_batch_to_device): the lengths stay on the host, so the step never
+    # waits for the device to read them.
+    batch = synthetic_batch(job["batch_seconds"], job["utt_seconds"])
+    batch = {k: v if k in ("audio_lens", "token_lens") else v.to(device) for k, v in batch.items()}
     _sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -220,17 +228,20 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     model = ASRModel(**job["model"]).to(device)
     with torch.no_grad():  # normalise with the batch's own stats, as a CMVN file would
         feats, lens = model.fbank(batch["audio"], batch["audio_lens"])
-        valid = feats[torch.arange(feats.size(1), device=device) < lens[:, None]]
+        valid = feats[torch.arange(feats.size(1), device=device) < lens.to(device)[:, None]]
         model.set_cmvn(valid.mean(0), valid.std(0))
     model.train()
     optimizer = build_optimizer("adam", model.parameters(), LEARNING_RATE, WEIGHT_DECAY)
+    # torch.compile over the whole model: the SRU++ recurrence, CTC and the encoder's padding check run eagerly
+    # between the compiled graphs. The batch keeps its shape, so the first (warm-up) step compiles once.
+    forward = torch.compile(model) if job.get("compile") else model
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=job["precision"] == "bf16")
     torch.backends.cudnn.benchmark = job.get("cudnn_benchmark", False)
 
     def train_step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
         with autocast:
-            loss = model(**batch)["loss"]
+            loss = forward(**batch)["loss"]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()
@@ -290,8 +301,14 @@ def _profile(train_step, device: torch.device, steps: int, rows: int = 25) -> st
     else:
         busy_us = averages.self_cpu_time_total
     busy = busy_us / steps / 1e3
+    # Operator calls per step, a proxy for kernel launches (and on a CPU the only count there is): every aten call,
+    # nested ones included, and the top-level ones (not called from inside another aten operator).
+    ops = [e for e in prof.events() if e.name.startswith("aten::")]
+    top = sum(e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::") for e in ops)
+    casts = sum(e.name == "aten::_to_copy" for e in ops)
     head = (
         f"per step (profiled, {steps} steps): {busy:.1f} ms of {device.type} time in a {wall * 1e3:.1f} ms step{host}"
+        f"; {len(ops) / steps:.0f} aten calls ({top / steps:.0f} top-level, {casts / steps:.0f} aten::_to_copy)"
     )
     return head + "\n" + averages.table(sort_by=key, row_limit=rows, max_name_column_width=60)
 
@@ -340,7 +357,7 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
     audio_seconds = float(batch["audio_lens"].sum()) / SAMPLE_RATE
     padded_seconds = batch["audio"].numel() / SAMPLE_RATE
     threads = args.threads or torch.get_num_threads()
-    cudnn = ", cudnn.benchmark" if args.cudnn_benchmark else ""
+    cudnn = (", cudnn.benchmark" if args.cudnn_benchmark else "") + (", torch.compile" if args.compile else "")
     lines = [
         f"device: {_device_name(args.device)}, {threads} CPU threads, torch {torch.__version__}, "
         f"{args.precision}{cudnn}",
@@ -365,6 +382,7 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
             "warmup_steps": warmup,
             "profile": args.profile,
             "cudnn_benchmark": args.cudnn_benchmark,
+            "compile": args.compile,
         }
         print(f"timing {name} ({counts[name][0] / 1e6:.2f} M parameters) ...", file=sys.stderr, flush=True)
         results[name] = _run_isolated(job)
@@ -410,6 +428,9 @@ def main() -> None:
     parser.add_argument("--match", choices=("total", "encoder"), default="total", help="which count to match")
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS", help="profile STEPS more steps per encoder")
     parser.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
+    parser.add_argument(
+        "--compile", action="store_true", help="torch.compile the model (compiled in the first warm-up step)"
+    )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
@@ -423,6 +444,8 @@ def main() -> None:
         parser.error("--utt-seconds LO HI needs 0.1 <= LO <= HI")
     if args.profile < 0:
         parser.error("--profile must not be negative")
+    if args.compile and args.warmup_steps == 0:
+        parser.error("--compile needs a warm-up step (the first step compiles)")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     for line in train_throughput(args):

@@ -107,7 +107,10 @@ class SRUppLayer(nn.Module):
         q = self.wq(x)
         z = q + self.alpha * self._attend(q, mask, key_mask) if self.attention else q
         u = self.wo(self.norm(z)).view(L, B, D, 3)
-        h, c = sru_recurrence(u, x, self.weight_c, self.bias, c0, mask, self.bidirectional)
+        # Under torch.compile the recurrence (a custom autograd Function launching its own kernels) runs eagerly,
+        # between the compiled graphs.
+        recurrence = _eager_recurrence if torch.compiler.is_compiling() else sru_recurrence
+        h, c = recurrence(u, x, self.weight_c, self.bias, c0, mask, self.bidirectional)
         return self.dropout(h), c
 
     def _attend(self, q: torch.Tensor, mask: torch.Tensor | None, key_mask: torch.Tensor | None) -> torch.Tensor:
@@ -149,6 +152,9 @@ class SRUppLayer(nn.Module):
         u = self.wo(self.norm(q)).view(1, B, D, 3)
         h, c = sru_recurrence(u, x[None], self.weight_c, self.bias, None if state is None else state.c)
         return h[0], LayerState(c, keys, values)
+
+
+_eager_recurrence = torch.compiler.disable(sru_recurrence)
 
 
 def attention_key_mask(mask: torch.Tensor) -> torch.Tensor:

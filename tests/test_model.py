@@ -656,3 +656,49 @@ def test_a_training_step_reads_the_device_once(char_tokenizer, ctc_weight):
         assert sum(syncs.values()) == 1
         assert ctc == 2  # F.ctc_loss forward and backward
     assert {"train/loss", "train/lr", "train/nonfinite_skipped"} <= set(trainer.callback_metrics)
+
+
+def _inductor_available() -> bool:
+    import shutil
+
+    try:
+        import torch._inductor  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("c++") is not None or shutil.which("g++") is not None
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "aot_eager",  # dynamo's graphs and breaks, through AOTAutograd, without code generation: seconds
+        pytest.param(
+            "inductor",  # about a minute of compiling on 2 CPU cores
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.skipif(not _inductor_available(), reason="inductor or a C++ compiler is missing"),
+            ],
+        ),
+    ],
+)
+def test_compiled_model_gives_eager_losses_and_gradients(backend):
+    # The SRU++ recurrence (a custom autograd Function with its own kernels) runs eagerly between the compiled graphs;
+    # CTC and the encoder's padding check break the graph too. Inductor draws dropout masks from its own generator,
+    # so it is compared without dropout; aot_eager with it (the same draws as eager).
+    train = backend == "aot_eager"
+    batch = random_batch()
+
+    def step(model: nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        torch.manual_seed(5)
+        out = model(*batch)
+        out["loss"].backward()
+        return out["loss"].detach(), {n.replace("_orig_mod.", ""): p.grad for n, p in model.named_parameters()}
+
+    loss, grads = step(tiny_model(specaugment=None).train(train))
+    torch._dynamo.reset()
+    compiled_loss, compiled_grads = step(torch.compile(tiny_model(specaugment=None).train(train), backend=backend))
+    tolerance = {"rtol": 1e-6, "atol": 1e-6} if train else {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(compiled_loss, loss, **tolerance)
+    assert compiled_grads.keys() == grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, **tolerance, msg=name)
