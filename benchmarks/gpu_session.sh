@@ -8,7 +8,7 @@
 #   here:  rm -rf exp/baseline && mkdir -p exp/baseline &&
 #          git archive BASE srupp_asr kernels benchmarks | tar -x -C exp/baseline  (the code before the fixes;
 #          then mv exp/baseline/kernels exp/baseline/srupp_asr/kernels and drop its default_model).
-#          For the host-sync fixes of issue 28 (2026-11-28), BASE is a431923 (the parent of 964b7dd, the fixes; the fused
+#          For the host-sync fixes of issue 28 (2026-11-28), BASE is a431923 (964b7dd's parent, before the fixes; the fused
 #          Adam / contiguous mask / 2x8 fixes were already in it).
 #   there: benchmarks/gpu_session.sh        (carry .whl, the wheels the machine lacks, and exp/baseline)
 #
