@@ -61,6 +61,22 @@ def test_an_installed_wheel_reads_the_package_copy(tmp_path, monkeypatch):
     assert setup["options.package_data"]["srupp_asr.conf"].strip() == "*.yaml"
 
 
+def test_torch_and_torchaudio_are_pinned_to_one_release_and_installed_so():
+    """setup.cfg pins torch and torchaudio to the same exact release, and that is what is installed: a
+    ``torchaudio==2.11.*`` pin once gave a fresh clone torchaudio 2.11.1 beside torch 2.11.0, which cannot load."""
+    import torch
+    import torchaudio
+
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    pins = dict(
+        line.split("==") for line in setup["options"]["install_requires"].split("\n") if line.startswith("torch")
+    )
+    assert set(pins) == {"torch", "torchaudio"}
+    assert pins["torch"] == pins["torchaudio"] and "*" not in pins["torch"]
+    assert torch.__version__.split("+")[0] == torchaudio.__version__.split("+")[0] == pins["torch"]
+
+
 def _train(tmp_path, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "srupp_asr.cli", "train", "fit", *argv],
