@@ -414,6 +414,9 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
     quiet_lightning()  # no "Tip: try litlogger" advert, no known deprecation warnings
     # sys.argv stays as it is (DDP's launcher re-runs it for the other ranks), so LightningCLI sees both.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
+    # ASRLightningModule.transfer_batch_to_device keeps the batch's lengths on the host on purpose (no device syncs);
+    # the data module has none, so Lightning's note that the module's is used says nothing to a user.
+    warnings.filterwarnings("ignore", message="You have overridden `transfer_batch_to_device` in `LightningModule`")
     configs = _config_paths(argv)
     for path in configs:
         check_config_file(path)
