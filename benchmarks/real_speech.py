@@ -178,7 +178,11 @@ def real_dev_table(
 
 
 # The ablation's training mixes (see the module docstring).
-MIXES = ("real", "real+synth")
+MIXES = ("real", "real+synth", "real+long+synth")
+# ``real+long+synth``: the real words also strung into sequences (:func:`word_sequences`, as much audio as the words
+# themselves) and silences with empty transcripts (:func:`silences`, this share of the real words' audio), so that
+# a model trained on one-second words still expects several words in a long stretch and none in a quiet one.
+SILENCE_SHARE = 0.15
 # Fine-tuning on 2 CPU cores: the built-in model's config with a CPU trainer, a short warm-up to a lower peak LR,
 # batches of 40 s of audio, a fixed number of optimizer steps (``--steps``; no wall-clock limit, so a busy machine
 # makes a row slower, not shorter), validation every 50 batches.
@@ -220,6 +224,12 @@ ABLATION_ROWS = (
         "speed 0.8-1.2 (was 0.9-1.1), pitch +-300 cents on half the cuts",
     ),
     AblationRow(
+        "+long/silence",
+        "real+long+synth",
+        (),
+        "the real words also strung into 2-8-word recordings, and silences with empty transcripts",
+    ),
+    AblationRow(
         "+specaugment",
         "real+synth",
         ("--model.specaugment", json.dumps({"freq_masks": 4, "time_width_ratio": 0.1})),
@@ -231,14 +241,21 @@ SYNTH_TESTS = ("test_seen", "test_unseen")
 
 
 def training_mix(mix: str, real_train: list[Path], synth_train: Path | None, out: Path, seed: int = 0) -> Path:
-    """Write the cut manifest of the training mix ``mix`` (one of :data:`MIXES`) to ``out``; returns it."""
+    """Write the cut manifest of the training mix ``mix`` (one of :data:`MIXES`) to ``out``; returns it. The
+    ``+long`` mix writes its made recordings beside ``out`` (``out``'s stem + ``_made/``)."""
     from lhotse import CutSet
 
     from srupp_asr.manifest import load_cuts, save_cuts
 
     real = [load_cuts(path) for path in real_train]
     sets = [CutSet.mux(*real, weights=[len(c) for c in real], seed=seed)] if len(real) > 1 else real
-    if mix == "real+synth":
+    if mix == "real+long+synth":
+        made = out.parent / (out.name.split(".")[0] + "_made")
+        real_seconds = sum(c.duration for c in sets[0])
+        sets.append(word_sequences(real, made / "sequences", real_seconds, seed))
+        sets.append(silences(made / "silences", SILENCE_SHARE * real_seconds, seed))
+        sets = [CutSet.mux(*sets, weights=[sum(c.duration for c in cuts) for cuts in sets], seed=seed).to_eager()]
+    if mix in ("real+synth", "real+long+synth"):
         synth = load_cuts(synth_train)
         real_seconds = sum(c.duration for c in sets[0])
         times = max(1, round(real_seconds / sum(c.duration for c in synth)))
@@ -249,6 +266,97 @@ def training_mix(mix: str, real_train: list[Path], synth_train: Path | None, out
     mixed = CutSet.mux(*sets, weights=seconds, seed=seed) if len(sets) > 1 else sets[0]
     save_cuts(mixed, out)
     return out
+
+
+def word_sequences(real: list, out: Path, seconds: float, seed: int = 0):
+    """Recordings of 2-8 words of one speaker (one of the ``real`` cut sets' speakers) in a row, written to ``out``
+    until they hold ``seconds`` of audio, imported as cuts with the words' transcripts in order. Between words, and
+    before and after them, 0.05-0.6 s of digital silence (0-1.5 s at the ends); half the recordings also get a white
+    noise floor at -75 to -50 dBFS. Kept when already written."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    by_speaker: dict[str, list] = {}
+    for cuts in real:
+        for cut in cuts:
+            speaker = cut.supervisions[0].speaker or cut.id
+            by_speaker.setdefault(speaker, []).append(cut)
+    speakers = sorted(by_speaker)
+    weights = np.array([len(by_speaker[s]) for s in speakers], float)
+
+    def draw():
+        speaker = speakers[rng.choice(len(speakers), p=weights / weights.sum())]
+        pool = by_speaker[speaker]
+        chosen = [pool[i] for i in rng.choice(len(pool), min(len(pool), int(rng.integers(2, 9))), replace=False)]
+        pieces, words = [_gap(rng, 0.0, 1.5)], []
+        for k, cut in enumerate(chosen):
+            pieces += [_samples(cut)] + ([_gap(rng, 0.05, 0.6)] if k + 1 < len(chosen) else [])
+            words.append(cut.supervisions[0].text)
+        audio = np.concatenate([*pieces, _gap(rng, 0.0, 1.5)])
+        if rng.random() < 0.5:
+            audio = audio + rng.standard_normal(len(audio)).astype(np.float32) * 10 ** (rng.uniform(-75, -50) / 20)
+        return audio, " ".join(words), speaker
+
+    return _made_cuts(out, seconds, draw)
+
+
+def silences(out: Path, seconds: float, seed: int = 0):
+    """Recordings with no speech and an empty transcript, 0.5-15 s long, written to ``out`` until they hold
+    ``seconds`` of audio: a third digital silence, a third white noise and a third brown (integrated) noise, the
+    noise at -80 to -40 dBFS. Kept when already written."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed + 1)
+
+    def draw():
+        n, kind = round(rng.uniform(0.5, 15.0) * 16000), int(rng.integers(3))
+        noise = rng.standard_normal(n).astype(np.float32)
+        if kind == 2:
+            noise = np.cumsum(noise)
+            noise -= np.convolve(noise, np.ones(801) / 801, mode="same")  # no drift below 20 Hz
+        noise *= 10 ** (rng.uniform(-80, -40) / 20) / max(float(np.sqrt(np.mean(noise**2))), 1e-9)
+        return (np.zeros(n, np.float32) if kind == 0 else noise.astype(np.float32)), "", "none"
+
+    return _made_cuts(out, seconds, draw)
+
+
+def _samples(cut):
+    """``cut``'s audio at 16 kHz, float32, one channel."""
+    return cut.resample(16000).load_audio()[0].astype("float32")
+
+
+def _gap(rng, shortest: float, longest: float):
+    import numpy as np
+
+    return np.zeros(round(rng.uniform(shortest, longest) * 16000), np.float32)
+
+
+def _made_cuts(out: Path, seconds: float, draw):
+    """Write recordings from ``draw()`` (-> samples at 16 kHz, transcript, speaker) to ``out/audio/`` until they
+    hold ``seconds`` of audio, with ``out/manifest.tsv``, and import that table (as a user imports one); a finished
+    folder is imported again without writing."""
+    import soundfile as sf
+
+    from srupp_asr.prepare import import_table
+
+    table = out / "manifest.tsv"
+    if not table.is_file():
+        (out / "audio").mkdir(parents=True, exist_ok=True)
+        rows, total = ["audio\ttext\tspeaker"], 0.0
+        while total < seconds:
+            audio, text, speaker = draw()
+            name = f"audio/{out.name}-{len(rows):05d}.wav"
+            sf.write(out / name, audio.clip(-1, 1), 16000, subtype="PCM_16")
+            rows.append(f"{name}\t{text}\t{speaker}")
+            total += len(audio) / 16000
+        partial = table.with_suffix(".partial")
+        partial.write_text("\n".join(rows) + "\n")
+        partial.rename(table)
+    problems: list[str] = []
+    cuts = import_table(table, problems)["all"]
+    if problems:
+        raise RuntimeError(f"{table}: {problems[0]}")
+    return cuts
 
 
 def fine_tune_command(mix_cuts: Path, valid_cuts: Path, exp: Path, steps: int, base: Path, extra=()) -> list[str]:
@@ -297,10 +405,12 @@ def ablation(
     sets: tuple[str, ...],
     rows: tuple[str, ...] = DEFAULT_ROWS,
     max_minutes: float | None = None,
+    base: Path | None = None,
 ) -> list[str]:
-    """The ablation table: the built-in model, then one fine-tuned row per name in ``rows`` (of
-    :data:`ABLATION_ROWS`), each scored on the real dev ``sets`` and the synthetic corpus's test sets. ``max_minutes``
-    caps each row's training (the table's steps column then says how many it made)."""
+    """The ablation table: the built-in model (or ``base``, a model directory, which the rows then start from),
+    then one fine-tuned row per name in ``rows`` (of :data:`ABLATION_ROWS`), each scored on the real dev ``sets``
+    and the synthetic corpus's test sets. ``max_minutes`` caps each row's training (the table's steps column then
+    says how many it made)."""
     from srupp_asr.inputs import default_model_dir
 
     manifests = import_real_sets(real_dev, work / "manifests", tuple(dict.fromkeys([*sets, "speech_commands", "fsdd"])))
@@ -308,35 +418,29 @@ def ablation(
     synth_manifests = synth / "manifests"
     tests = {f"synth {t}": synth_manifests / f"{t}_cuts.jsonl.gz" for t in SYNTH_TESTS}
     scored = {name: manifests[name]["dev"] for name in sets} | {k: v for k, v in tests.items() if v.is_file()}
-    base = default_model_dir()
+    base_label = "built-in" if base is None else _slug(base.name)
+    base = base or default_model_dir()
     by_name = {row.name: row for row in ABLATION_ROWS}
     lines = [
         "| row | change | steps | training min | " + " | ".join(f"{name} WER %" for name in scored) + " |",
         "|---|---|---|---|" + "---|" * len(scored),
     ]
-    todo: list[AblationRow | None] = [None, *(by_name[name] for name in rows)]  # None: the built-in model
-    for row in todo:
-        if row is None:
-            label, change, model, folder, done, minutes = (
-                "built-in",
-                "the shipped model, no training",
-                base,
-                "",
-                None,
-                0,
-            )
-        else:
-            mix = work / f"mix_{row.mix}.jsonl.gz"
-            if not mix.is_file():
-                training_mix(row.mix, real_train, synth_manifests / "train_cuts.jsonl.gz", mix)
-            folder = f"steps{steps}_{_slug(row.name)}"
-            valid = synth_manifests / "dev_cuts.jsonl.gz"
-            model, minutes = fine_tune(mix, valid, work / folder, steps, base, row.args, max_minutes)
-            label, change, done = row.name, row.change, trained_steps(work / folder)[0]
+    # Train every row first (on a machine the decoding does not share), then score the base model and each row.
+    base_change = "the shipped model, no training" if base_label == "built-in" else f"{base}, no training"
+    models = [(base_label, base_change, base, base_label, None, 0.0)]
+    for row in (by_name[name] for name in rows):
+        mix = work / f"mix_{row.mix}.jsonl.gz"
+        if not mix.is_file():
+            training_mix(row.mix, real_train, synth_manifests / "train_cuts.jsonl.gz", mix)
+        folder = f"steps{steps}_{_slug(row.name)}" + (f"_from_{base_label}" if base_label != "built-in" else "")
+        valid = synth_manifests / "dev_cuts.jsonl.gz"
+        model, minutes = fine_tune(mix, valid, work / folder, steps, base, row.args, max_minutes)
+        models.append((row.name, row.change, model, folder, trained_steps(work / folder)[0], minutes))
+    for label, change, model, folder, done, minutes in models:
         cells = []
         for set_name, cuts in scored.items():
             begin = time.perf_counter()
-            wer, _ = score_model(model, cuts, work / "decode" / (folder or "built-in") / _slug(set_name))
+            wer, _ = score_model(model, cuts, work / "decode" / folder / _slug(set_name))
             print(f"[{label}] {set_name}: WER {wer:.1f}% in {time.perf_counter() - begin:.0f} s", file=sys.stderr)
             cells.append(f"{wer:.1f}")
         counts, train = ("-", "-") if done is None else (str(done), f"{minutes:.1f}")
@@ -374,6 +478,7 @@ def main() -> int:
     p.add_argument("--synth", type=Path, help="--ablation: a synth-corpus folder (its manifests/ are used)")
     p.add_argument("--steps", type=int, default=30, help="--ablation: optimizer steps per fine-tuned row")
     p.add_argument("--max-minutes", type=int, help="--ablation: stop a row's training after this many minutes")
+    p.add_argument("--base", type=Path, help="--ablation: the model directory to fine-tune (default: the built-in one)")
     rows = [row.name for row in ABLATION_ROWS]
     p.add_argument("--rows", nargs="+", choices=rows, default=list(DEFAULT_ROWS), help="--ablation: rows to run")
     args = p.parse_args()
@@ -397,6 +502,7 @@ def main() -> int:
                 tuple(args.sets),
                 tuple(args.rows),
                 args.max_minutes,
+                args.base,
             )
         else:
             models = {"built-in": default_model_dir()} if not args.model else {_label(m): m for m in args.model}
