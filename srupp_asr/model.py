@@ -227,7 +227,8 @@ def ctc_frames_needed(tokens: torch.Tensor, token_lens: torch.Tensor) -> torch.T
     tokens plus a blank between each two equal neighbours."""
     if token_lens.device != tokens.device:
         token_lens = token_lens.to(tokens.device)
-    inside = torch.arange(1, tokens.size(1), device=tokens.device)[None, :] < token_lens[:, None]
+    # max(U, 1): a batch of silences (every transcript empty) has U = 0 and no neighbours.
+    inside = torch.arange(1, max(tokens.size(1), 1), device=tokens.device)[None, :] < token_lens[:, None]
     return token_lens + ((tokens[:, 1:] == tokens[:, :-1]) & inside).sum(1)
 
 

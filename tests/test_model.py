@@ -17,7 +17,7 @@ from srupp_asr.checks import ConfigValueError
 from srupp_asr.decoder import IGNORE_ID, TransformerDecoder
 from srupp_asr.encoders import build_encoder
 from srupp_asr.lightning_module import ASRLightningModule
-from srupp_asr.model import BLANK_ID, SOS_EOS_ID, ASRModel
+from srupp_asr.model import BLANK_ID, SOS_EOS_ID, ASRModel, ctc_frames_needed
 from srupp_asr.sru import SRUppEncoder, SRUppLayer
 from tests.reference import reference_recurrence
 
@@ -702,3 +702,43 @@ def test_compiled_model_gives_eager_losses_and_gradients(backend):
     assert compiled_grads.keys() == grads.keys()
     for name, grad in grads.items():
         torch.testing.assert_close(compiled_grads[name], grad, **tolerance, msg=name)
+
+
+def test_ctc_frames_needed_counts_a_blank_between_equal_neighbours_and_nothing_for_empty_transcripts():
+    tokens, token_lens = _padded([[3, 3, 4], [5], []])
+    assert ctc_frames_needed(tokens, token_lens).tolist() == [4, 1, 0]
+    assert ctc_frames_needed(tokens[:, :0], torch.zeros(3, dtype=torch.int64)).tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["all silent", "silent and spoken"])
+def test_a_batch_of_silences_with_empty_transcripts_trains(char_tokenizer, mixed):
+    # Was: a batch whose transcripts were all empty (U = 0), as a corpus with silence cuts draws now and then,
+    # stopped training in ctc_frames_needed (torch.arange(1, 0)).
+    import lightning as L
+
+    torch.manual_seed(0)
+    module = ASRLightningModule(
+        str(char_tokenizer.path), d_model=16, encoder_conf=ENCODER_CONFS["srupp"], decoder_conf=DECODER_CONF
+    )
+    audio, lens, tokens, token_lens = random_batch()
+    if mixed:
+        tokens, token_lens = tokens[:, :2].clone(), torch.tensor([2, 0])
+        tokens[1] = -1
+    else:
+        tokens, token_lens = tokens[:, :0], torch.zeros(2, dtype=torch.int64)
+    batch = {"audio": audio, "audio_lens": lens, "tokens": tokens, "token_lens": token_lens}
+    before = [p.detach().clone() for p in module.parameters()]
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch], batch_size=None))
+    assert math.isfinite(trainer.callback_metrics["train/loss"])
+    assert trainer.callback_metrics["train/nonfinite_skipped"] == 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
