@@ -22,16 +22,21 @@ its last weights and is scored on the real dev sets and on the synthetic corpus'
 - ``real``: the real train splits (Speech Commands: other speakers than its dev split; FSDD: the other takes of
   the same 5 speakers);
 - ``real+synth``: those and a synthetic corpus (``--synth DIR``, made by ``srupp-asr synth-corpus``) repeated to an
-  equal share of audio.
+  equal share of audio;
+- ``real+long+synth``: as ``real+synth``, the real part grown by recordings of 2-8 words of one speaker in a row
+  (as much audio as the words) and by silences and noise with empty transcripts (:data:`SILENCE_SHARE` of it), so
+  that a model fine-tuned on one-second words still hears several words in a long stretch and none in a quiet one.
 
 The rows (:data:`ABLATION_ROWS`, ``--rows``): the ``real+synth`` baseline and one change each on top of it: the
 training-time channel augmentations of :mod:`srupp_asr.augment` (VTLP, random EQ, codecs), stronger speed and pitch
-perturbation, stronger SpecAugment. Validation (for the logs only; the last weights are scored) is the synthetic
-corpus's dev split.
+perturbation, stronger SpecAugment; and the ``real+long+synth`` mix. Validation (for the logs only; the last
+weights are scored) is the synthetic corpus's dev split. ``--base`` fine-tunes another model directory instead of
+the built-in one (its row comes first); every row is trained before any is scored.
 
     python benchmarks/real_speech.py                                  # the built-in model, all four dev sets
     python benchmarks/real_speech.py --model exp/a/model exp/b/model --sets ljspeech32 fsdd
     python benchmarks/real_speech.py --ablation --synth exp/real_ablation/synth --steps 35
+    python benchmarks/real_speech.py --ablation --synth DIR --base MODEL_DIR --rows +long/silence --max-minutes 45
 """
 
 from __future__ import annotations

@@ -194,6 +194,66 @@ def test_the_ablation_mixes_hold_every_real_cut_and_an_equal_share_of_synthetic_
         rs.training_mix("synth", [words], synth, tmp_path / "x.jsonl.gz")
 
 
+def test_the_long_mix_strings_one_speakers_words_together_and_adds_silences_with_empty_transcripts(rs, tmp_path):
+    import numpy as np
+    import soundfile as sf
+
+    from srupp_asr.manifest import cut_text
+    from srupp_asr.prepare import import_table, save_splits
+    from tests.helpers import write_tone
+
+    folder = tmp_path / "words"
+    folder.mkdir()
+    rows = []
+    for k in range(12):  # two speakers, a word each at its own 8 kHz tone length, as FSDD's 8 kHz digits
+        write_tone(folder / f"w{k}.wav", 0.3 + 0.05 * k, rate=8000)
+        rows.append(f"w{k}.wav\tword{k}\tspk{k % 2}\n")
+    (folder / "t.tsv").write_text("path\ttext\tspeaker\n" + "".join(rows))
+    (words,) = save_splits(import_table(folder / "t.tsv"), folder)
+    synth = tmp_path / "synth"
+    synth.mkdir()
+    write_tone(synth / "s.wav", 2.0)
+    (synth / "t.tsv").write_text("path\ttext\ns.wav\tsynthetic words\n")
+    (synth_cuts,) = save_splits(import_table(synth / "t.tsv"), synth)
+
+    out = tmp_path / "mix.jsonl.gz"
+    mixed = list(load_cuts(rs.training_mix("real+long+synth", [words], synth_cuts, out)))
+    real_seconds = sum(0.3 + 0.05 * k for k in range(12))
+    by_kind = {
+        kind: [c for c in mixed if re.sub(r"[-_].*|\d+$", "", c.id) == kind]
+        for kind in ("w", "sequences", "silences", "s")
+    }
+    assert len(by_kind["w"]) == 12  # every real word, once
+    sequences, silences = by_kind["sequences"], by_kind["silences"]
+    assert sequences and silences
+    assert real_seconds <= sum(c.duration for c in sequences) < real_seconds + 12  # less than one more
+    assert rs.SILENCE_SHARE * real_seconds <= sum(c.duration for c in silences) < rs.SILENCE_SHARE * real_seconds + 15
+    for cut in sequences:
+        texts = cut_text(cut).split()
+        ids = [int(t.removeprefix("word")) for t in texts]
+        assert 2 <= len(ids) <= 6 and len(set(ids)) == len(ids)  # at most the speaker's 6 words, none twice
+        assert len({i % 2 for i in ids}) == 1  # one speaker's words
+        assert cut.supervisions[0].speaker == f"spk{ids[0] % 2}" and cut.sampling_rate == 16000
+        spoken = sum(0.3 + 0.05 * i for i in ids)
+        assert spoken + 0.05 * (len(ids) - 1) - 0.01 <= cut.duration <= spoken + 0.6 * (len(ids) - 1) + 3.0 + 0.01
+        audio = cut.load_audio()[0]
+        assert np.abs(audio).max() > 0.05  # the words are in it, at 16 kHz
+    for cut in silences:
+        assert cut_text(cut) == "" and 0.5 <= cut.duration <= 15.0
+        assert np.sqrt(np.mean(cut.load_audio()[0] ** 2)) < 10 ** (-40 / 20) * 1.01
+    synthetic = sum(c.duration for c in by_kind["s"])
+    made = real_seconds + sum(c.duration for c in sequences + silences)
+    assert synthetic == 2.0 * round(made / 2.0)  # an equal share of synthetic audio, repeated
+    made_files = sorted((tmp_path / "mix_made").rglob("*.wav"))
+    assert len(made_files) == len(sequences) + len(silences)
+    assert sf.info(made_files[0]).samplerate == 16000
+    stamps = [f.stat().st_mtime_ns for f in made_files]
+    out.unlink()  # made again: the written recordings are imported, not written anew
+    again = load_cuts(rs.training_mix("real+long+synth", [words], synth_cuts, out))
+    assert sorted(c.id for c in again) == sorted(c.id for c in mixed)
+    assert [f.stat().st_mtime_ns for f in made_files] == stamps
+
+
 def test_each_ablation_row_trains_a_fixed_number_of_steps_with_one_change(rs, tmp_path):
     from srupp_asr.augment import ChannelAugment
 
@@ -215,6 +275,9 @@ def test_each_ablation_row_trains_a_fixed_number_of_steps_with_one_change(rs, tm
         commands[name] = cmd
     baseline = commands["real+synth"]
     for name in rs.DEFAULT_ROWS:
-        if name != "real+synth":  # the baseline's command plus this row's own arguments, nothing else
+        if rows[name].mix != "real+synth":  # a row that changes the data: the baseline's command itself
+            own = [a for a in commands[name] if not a.startswith(str(tmp_path))]
+            assert rows[name].args == () and own == [a for a in baseline if not a.startswith(str(tmp_path))]
+        elif name != "real+synth":  # the baseline's command plus this row's own arguments, nothing else
             extra = [a for a in commands[name] if a not in baseline and not a.startswith(str(tmp_path))]
             assert extra == [a for a in rows[name].args if a not in baseline] and extra
