@@ -626,16 +626,6 @@ def _overstate_mp3_length(path: Path, frames: int = 0x7FFFFF00) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.fixture(scope="module")
-def model(overfit_model_dir) -> Path:
-    return overfit_model_dir[0]
-
-
-@pytest.fixture(scope="module")
-def utts(overfit_model_dir) -> list[tuple[Path, str]]:
-    return overfit_model_dir[1]
-
-
 class Batch:
     """The files of the hostile batch, what each should give, and what the process printed."""
 
@@ -771,7 +761,8 @@ def _bad_files(batch: Batch, utts) -> None:
 
 
 @pytest.fixture(scope="module")
-def batch(model, utts, tmp_path_factory) -> Batch:
+def batch(overfit_model_dir, tmp_path_factory) -> Batch:
+    model, utts = overfit_model_dir
     result = Batch(tmp_path_factory.mktemp("hostile"))
     _good_files(result, utts)
     _bad_files(result, utts)
@@ -894,7 +885,10 @@ def test_unreadable_file_is_one_error_line(batch):
     assert line == f"{ERROR_PREFIX}{path}: not a readable audio file (Permission denied)"
 
 
-def test_a_file_the_os_refuses_is_one_error_line_and_the_batch_goes_on(monkeypatch, capsys, model, utts, tmp_path):
+def test_a_file_the_os_refuses_is_one_error_line_and_the_batch_goes_on(
+    monkeypatch, capsys, overfit_model_dir, tmp_path
+):
+    model, utts = overfit_model_dir
     # The same as chmod 000 for a non-root user, wherever the tests run (as root too): the OS refuses the open.
     import builtins
 
@@ -916,7 +910,8 @@ def test_a_file_the_os_refuses_is_one_error_line_and_the_batch_goes_on(monkeypat
     assert err.splitlines()[0] == f"{ERROR_PREFIX}{locked}: not a readable audio file (Permission denied)"
 
 
-def test_an_mp3_whose_header_overstates_its_length_is_read_for_what_it_holds(tmp_path, model, utts):
+def test_an_mp3_whose_header_overstates_its_length_is_read_for_what_it_holds(tmp_path, overfit_model_dir):
+    model, utts = overfit_model_dir
     if "MP3" not in sf.available_formats():
         pytest.skip("libsndfile without MP3")
     wav, _ = utts[18]
@@ -947,7 +942,8 @@ class OddBatch:
 
 
 @pytest.fixture(scope="module")
-def odd_batch(model, utts, tmp_path_factory) -> OddBatch:
+def odd_batch(overfit_model_dir, tmp_path_factory) -> OddBatch:
+    model, utts = overfit_model_dir
     batch = OddBatch(tmp_path_factory.mktemp("odd"))
     folder = batch.folder
     for i, name in enumerate(["plain.wav", "two\nlines\tand tab.wav", "esc\x1b[2Jape.wav"]):

@@ -4,13 +4,12 @@ directory, the configs ship as package data, and an error in a command-line over
 from __future__ import annotations
 
 import configparser
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from srupp_asr import configs
+from srupp_asr.cli import main
 from srupp_asr.configs import config_names, resolve_config, resolve_config_args
 from srupp_asr.errors import UserError
 
@@ -77,20 +76,19 @@ def test_torch_and_torchaudio_are_pinned_to_one_release_and_installed_so():
     assert torch.__version__.split("+")[0] == torchaudio.__version__.split("+")[0] == pins["torch"]
 
 
-def _train(tmp_path, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "srupp_asr.cli", "train", "fit", *argv],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+def _train(capsys, *argv: str) -> tuple[int, str]:
+    """``srupp-asr train fit ARGV`` in this process: (exit status, the last line of stderr)."""
+    code = main(["train", "fit", *argv])
+    return code, capsys.readouterr().err.strip().splitlines()[-1]
 
 
-def test_from_another_directory_a_misspelt_override_names_the_override(tmp_path):
-    done = _train(tmp_path, "--config", "tiny_cpu", "--model.lrr", "0.1")
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == (
-        "srupp-asr train: error: command line: unknown option --model.lrr (did you mean --model.lr?)"
+def test_from_another_directory_a_misspelt_override_names_the_override(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # named configs resolve from anywhere
+    assert _train(capsys, "--config", "tiny_cpu", "--model.lrr", "0.1") == (
+        2,
+        "srupp-asr train: error: command line: unknown option --model.lrr (did you mean --model.lr?)",
     )
     # a bad key inside a config file still names that file
     (tmp_path / "bad.yaml").write_text("model:\n  lrr: 0.1\n")
-    done = _train(tmp_path, "--config", "tiny_cpu", "--config", "bad.yaml")
-    assert done.returncode == 2 and "bad.yaml" in done.stderr.strip().splitlines()[-1], done.stderr
+    code, last = _train(capsys, "--config", "tiny_cpu", "--config", "bad.yaml")
+    assert code == 2 and "bad.yaml" in last, last

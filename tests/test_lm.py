@@ -672,6 +672,7 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
         assert done["steps"] == reference[0]["progress"]["step"] and done["epochs"] == MAX_EPOCHS
         assert done["best_valid_ppl"] == reference[0]["progress"]["best"] and done["state"] == f"{out}.train.pt"
 
+    @pytest.mark.process  # a training child stopped by a real signal (kill -9 too), then resumed
     @pytest.mark.parametrize(
         ("how", "status", "line"),
         [

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from srupp_asr.cli import main
+from srupp_asr.scoring import align as align_mod
 from srupp_asr.scoring.align import CORRECT, SUBSTITUTION, Counts
 from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
 from srupp_asr.scoring.formats import UtteranceText, trn_line
@@ -182,25 +183,34 @@ def test_the_corpus_tells_tie_breaking_rules_apart(scored):
     assert differ >= 20
 
 
-def test_long_utterances_within_the_bounds_equal_sclite(tmp_path):
+@pytest.mark.parametrize(
+    ("level", "lengths"),
+    [("WER", (4000, 2000, 5)), ("CER", (1500, 1000, 5))],
+    ids=["words of a talk", "characters"],
+)
+def test_long_utterances_within_the_bounds_equal_sclite(tmp_path, level, lengths):
     """The bounds (a line's characters, a pair's cells) leave long utterances to the same alignment: a 4,000-word
-    talk-length line and a 2,000-word one equal sclite's counts, by words and by characters."""
+    talk-length line and a 2,000-word one equal sclite's word counts; 1,500- and 1,000-word lines (about 5,000 and
+    3,500 characters) its character counts. The longest pair is over the back-pointer budget of one batch
+    (``align._MAX_CELLS``), so it is aligned alone. (sclite takes about 40 s for the talk-length lines by
+    characters, which prove nothing more.)"""
     rng = random.Random(7)
     vocab = [f"w{i}" for i in range(300)]
     refs, hyps = [], []
-    for i, length in enumerate((4000, 2000, 5)):
+    for i, length in enumerate(lengths):
         words = [rng.choice(vocab) for _ in range(length)]
         refs.append(f"spk{i % 2}-u{i} " + " ".join(words))
         hyps.append(f"spk{i % 2}-u{i} " + " ".join(_edit(rng, words, vocab, 0.2)))
+        if i == 0:  # the longest pair is over one batch's back-pointer budget: aligned alone
+            tokens = len(words) if level == "WER" else len("".join(words))
+            assert tokens**2 > align_mod._MAX_CELLS, tokens
     (tmp_path / "ref").write_text("\n".join(refs) + "\n", encoding="utf-8")
     (tmp_path / "hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     (tmp_path / "utt2spk").write_text("".join(f"{line.split()[0]} {line.split('-')[0]}\n" for line in refs))
     files = {"ref": tmp_path / "ref", "hyp": tmp_path / "hyp", "utt2spk": tmp_path / "utt2spk"}
     out = tmp_path / "report"
     assert main(["score", *[f"--{k}={v}" for k, v in files.items()], "--out-dir", str(out)]) == 0
-    result = score(**files)
-    check_against_sclite(result, out, "WER")
-    check_against_sclite(result, out, "CER")
+    check_against_sclite(score(**files), out, level)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "stop_agreement_cost.py"
 
 
+@pytest.mark.process  # the benchmark script, whole, in a child process (two gloo ranks)
 def test_the_benchmark_prints_both_rows():
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--repeats", "3", "--warmup", "1", "--grad-mib", "0.1"],

@@ -167,6 +167,7 @@ def test_training_stops_after_too_many_nonfinite_losses_in_a_row(tokenizer_path)
     assert module.nonfinite_skipped == 3
 
 
+@pytest.mark.process  # two training processes (gloo)
 def test_nonfinite_loss_on_one_rank_is_skipped_on_every_rank(tokenizer_path, tmp_path):
     """Two CPU processes (gloo), two micro-batches per update: NaN on rank 1 alone, in the last micro-batch of
     the first update, must skip that whole update on both ranks, which stay identical."""

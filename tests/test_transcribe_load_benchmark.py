@@ -24,6 +24,7 @@ def _load_benchmark():
 tl = _load_benchmark()
 
 
+@pytest.mark.process  # five transcribe child processes, sampled for memory
 def test_five_files_make_one_row_with_memory_samples(overfit_model_dir, capsys):
     model, _ = overfit_model_dir
     result = tl.main(["--files", "5", "--model", str(model), "--decoding", "ctc_greedy"])
