@@ -374,3 +374,11 @@ def transcribe_measured(model: Path, audio: Path, folder: Path) -> tuple[float, 
             time.sleep(0.2)
     assert child.returncode == 0, (folder / "stderr.txt").read_text()
     return peak, time.perf_counter() - begin
+
+
+def cpu_trainer(max_steps: int, callbacks: list[L.Callback] = (), **kwargs) -> L.Trainer:
+    """A quiet one-process CPU Lightning trainer for ``max_steps`` steps: no logger, checkpoints, progress bar,
+    model summary or validation (``kwargs`` override)."""
+    options = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpointing": False}
+    options.update(enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    return L.Trainer(max_steps=max_steps, callbacks=list(callbacks), **{**options, **kwargs})

@@ -19,6 +19,7 @@ from srupp_asr.encoders import build_encoder
 from srupp_asr.lightning_module import ASRLightningModule
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID, ASRModel, ctc_frames_needed
 from srupp_asr.sru import SRUppEncoder, SRUppLayer
+from tests.helpers import cpu_trainer
 from tests.reference import reference_recurrence
 
 VOCAB = 12
@@ -625,7 +626,6 @@ def test_a_training_step_reads_the_device_once(char_tokenizer, ctc_weight):
     # What remains: the non-finite guard's one fused read (the skip decision is the host's, before backward, and
     # every rank's must agree) and PyTorch's CUDA CTC, which copies host lengths to the device inside, forward
     # and backward (counted apart).
-    import lightning as L
 
     torch.manual_seed(0)
     module = _SyncCountingModule(
@@ -639,16 +639,7 @@ def test_a_training_step_reads_the_device_once(char_tokenizer, ctc_weight):
     module.counts = []
     audio, lens, tokens, token_lens = random_batch()
     batch = {"audio": audio, "audio_lens": lens, "tokens": tokens, "token_lens": token_lens}
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
+    trainer = cpu_trainer(2)
     trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch, batch], batch_size=None))
     assert len(module.counts) == 2
     for syncs, ctc in module.counts:
@@ -714,7 +705,6 @@ def test_ctc_frames_needed_counts_a_blank_between_equal_neighbours_and_nothing_f
 def test_a_batch_of_silences_with_empty_transcripts_trains(char_tokenizer, mixed):
     # Was: a batch whose transcripts were all empty (U = 0), as a corpus with silence cuts draws now and then,
     # stopped training in ctc_frames_needed (torch.arange(1, 0)).
-    import lightning as L
 
     torch.manual_seed(0)
     module = ASRLightningModule(
@@ -728,16 +718,7 @@ def test_a_batch_of_silences_with_empty_transcripts_trains(char_tokenizer, mixed
         tokens, token_lens = tokens[:, :0], torch.zeros(2, dtype=torch.int64)
     batch = {"audio": audio, "audio_lens": lens, "tokens": tokens, "token_lens": token_lens}
     before = [p.detach().clone() for p in module.parameters()]
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
+    trainer = cpu_trainer(1)
     trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch], batch_size=None))
     assert math.isfinite(trainer.callback_metrics["train/loss"])
     assert trainer.callback_metrics["train/nonfinite_skipped"] == 0

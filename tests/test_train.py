@@ -23,7 +23,7 @@ from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
 from srupp_asr.lightning_module import ASRLightningModule, rng_states, set_rng_states, word_errors
 from srupp_asr.tokenizer import Tokenizer
 from srupp_asr.train import TRUSTED_CLASSES_ENV, add_parser, check_trusted_classes, run_train
-from tests.helpers import SPOKEN, TINY_CONFIG, write_manifest
+from tests.helpers import SPOKEN, TINY_CONFIG, cpu_trainer, write_manifest
 
 NETWORK = {
     "d_model": 16,
@@ -113,12 +113,6 @@ class UpdateRecorder(L.Callback):
             params = [float(p.double().sum()) for p in module.parameters()]
             record = {"changed": self.changed, "skipped": self.skipped, "step": trainer.global_step, "params": params}
             (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
-
-
-def cpu_trainer(max_steps: int, callbacks: list[L.Callback], **kwargs) -> L.Trainer:
-    options = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpointing": False}
-    options.update(enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
-    return L.Trainer(max_steps=max_steps, callbacks=callbacks, **{**options, **kwargs})
 
 
 def test_nonfinite_loss_skips_the_update_and_training_goes_on(tokenizer_path):
