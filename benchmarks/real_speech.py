@@ -24,8 +24,10 @@ its last weights and is scored on the real dev sets and on the synthetic corpus'
 - ``real+synth``: those and a synthetic corpus (``--synth DIR``, made by ``srupp-asr synth-corpus``) repeated to an
   equal share of audio;
 - ``real+long+synth``: as ``real+synth``, the real part grown by recordings of 2-8 words of one speaker in a row
-  (as much audio as the words) and by silences and noise with empty transcripts (:data:`SILENCE_SHARE` of it), so
-  that a model fine-tuned on one-second words still hears several words in a long stretch and none in a quiet one.
+  (as much audio as the words; pauses hold the clips' own room tone) and by silences and noise with empty
+  transcripts (:data:`SILENCE_SHARE` of it), the synthetic part by recordings of 2-4 utterances of one voice in a
+  row (as much audio as the utterances; pauses of digital silence, as text-to-speech writes them), so that a model
+  fine-tuned on one-second words still hears several words in a long stretch and none in a quiet one.
 
 The rows (:data:`ABLATION_ROWS`, ``--rows``): the ``real+synth`` baseline and one change each on top of it: the
 training-time channel augmentations of :mod:`srupp_asr.augment` (VTLP, random EQ, codecs), stronger speed and pitch
@@ -184,7 +186,7 @@ def real_dev_table(
 
 # The ablation's training mixes (see the module docstring).
 MIXES = ("real", "real+synth", "real+long+synth")
-# ``real+long+synth``: the real words also strung into sequences (:func:`word_sequences`, as much audio as the words
+# ``real+long+synth``: the real words also strung into sequences (:func:`sequences`, as much audio as the words
 # themselves) and silences with empty transcripts (:func:`silences`, this share of the real words' audio), so that
 # a model trained on one-second words still expects several words in a long stretch and none in a quiet one.
 SILENCE_SHARE = 0.15
@@ -232,7 +234,7 @@ ABLATION_ROWS = (
         "+long/silence",
         "real+long+synth",
         (),
-        "the real words also strung into 2-8-word recordings, and silences with empty transcripts",
+        "real words strung into 2-8-word recordings, silences with empty transcripts, synthetic utterances in a row",
     ),
     AblationRow(
         "+specaugment",
@@ -257,11 +259,16 @@ def training_mix(mix: str, real_train: list[Path], synth_train: Path | None, out
     if mix == "real+long+synth":
         made = out.parent / (out.name.split(".")[0] + "_made")
         real_seconds = sum(c.duration for c in sets[0])
-        sets.append(word_sequences(real, made / "sequences", real_seconds, seed))
+        sets.append(sequences(real, made / "sequences", real_seconds, seed))
         sets.append(silences(made / "silences", SILENCE_SHARE * real_seconds, seed))
         sets = [CutSet.mux(*sets, weights=[sum(c.duration for c in cuts) for cuts in sets], seed=seed).to_eager()]
     if mix in ("real+synth", "real+long+synth"):
         synth = load_cuts(synth_train)
+        if mix == "real+long+synth":  # and 2-4 synthetic utterances of one voice in a row, digital silence between
+            synth_seconds = sum(c.duration for c in synth)
+            strung = sequences([synth], made / "synth_sequences", synth_seconds, seed, (2, 4), (0.2, 1.0), False)
+            parts = [synth, strung]
+            synth = CutSet.mux(*parts, weights=[sum(c.duration for c in p) for p in parts], seed=seed).to_eager()
         real_seconds = sum(c.duration for c in sets[0])
         times = max(1, round(real_seconds / sum(c.duration for c in synth)))
         sets.append(synth.repeat(times) if times > 1 else synth)
@@ -273,36 +280,56 @@ def training_mix(mix: str, real_train: list[Path], synth_train: Path | None, out
     return out
 
 
-def word_sequences(real: list, out: Path, seconds: float, seed: int = 0):
-    """Recordings of 2-8 words of one speaker (one of the ``real`` cut sets' speakers) in a row, written to ``out``
-    until they hold ``seconds`` of audio, imported as cuts with the words' transcripts in order. Between words, and
-    before and after them, 0.05-0.6 s of digital silence (0-1.5 s at the ends); half the recordings also get a white
-    noise floor at -75 to -50 dBFS. Kept when already written."""
+def sequences(
+    cut_sets: list, out: Path, seconds: float, seed: int = 0, counts=(2, 8), pauses=(0.05, 0.6), room_tone=True
+):
+    """Recordings of ``counts`` (2-8) utterances of one speaker of ``cut_sets`` in a row, written to ``out`` until
+    they hold ``seconds`` of audio, imported as cuts with the utterances' transcripts in order. ``pauses`` (0.05-0.6
+    s) between them, 0-1.5 s before and after. With ``room_tone`` (recorded clips) a pause holds noise at the level
+    of the quietest 50 ms of the clip after it (the last one: before it), and each clip fades in and out over 10
+    ms, so that no pause is digital silence and no clip starts with a step; without it (text-to-speech), pauses are
+    digital silence, as a synthesiser writes them. Kept when already written."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     by_speaker: dict[str, list] = {}
-    for cuts in real:
+    for cuts in cut_sets:
         for cut in cuts:
-            speaker = cut.supervisions[0].speaker or cut.id
-            by_speaker.setdefault(speaker, []).append(cut)
+            by_speaker.setdefault(cut.supervisions[0].speaker or cut.id, []).append(cut)
     speakers = sorted(by_speaker)
     weights = np.array([len(by_speaker[s]) for s in speakers], float)
+
+    def pause(shortest: float, longest: float, floor: float):
+        n = round(rng.uniform(shortest, longest) * 16000)
+        return (rng.standard_normal(n) * floor).astype(np.float32) if room_tone else np.zeros(n, np.float32)
 
     def draw():
         speaker = speakers[rng.choice(len(speakers), p=weights / weights.sum())]
         pool = by_speaker[speaker]
-        chosen = [pool[i] for i in rng.choice(len(pool), min(len(pool), int(rng.integers(2, 9))), replace=False)]
-        pieces, words = [_gap(rng, 0.0, 1.5)], []
-        for k, cut in enumerate(chosen):
-            pieces += [_samples(cut)] + ([_gap(rng, 0.05, 0.6)] if k + 1 < len(chosen) else [])
-            words.append(cut.supervisions[0].text)
-        audio = np.concatenate([*pieces, _gap(rng, 0.0, 1.5)])
-        if rng.random() < 0.5:
-            audio = audio + rng.standard_normal(len(audio)).astype(np.float32) * 10 ** (rng.uniform(-75, -50) / 20)
-        return audio, " ".join(words), speaker
+        count = min(len(pool), int(rng.integers(counts[0], counts[1] + 1)))
+        chosen = [pool[i] for i in rng.choice(len(pool), count, replace=False)]
+        clips = [_samples(cut) for cut in chosen]
+        floors = [_floor(clip) for clip in clips]
+        if room_tone:
+            ramp = np.linspace(0.0, 1.0, 160, dtype=np.float32)
+            for clip in clips:
+                clip[:160] *= ramp[: len(clip[:160])]
+                clip[-160:] *= ramp[::-1][-len(clip[-160:]) :]
+        pieces = [pause(0.0, 1.5, floors[0])]
+        for k, clip in enumerate(clips):
+            pieces += [clip] + ([pause(*pauses, floors[k + 1])] if k + 1 < len(clips) else [])
+        pieces.append(pause(0.0, 1.5, floors[-1]))
+        return np.concatenate(pieces), " ".join(c.supervisions[0].text for c in chosen), speaker
 
     return _made_cuts(out, seconds, draw)
+
+
+def _floor(samples) -> float:
+    """The RMS of the quietest 50 ms of ``samples`` (16 kHz): the room tone of a recorded clip."""
+    import numpy as np
+
+    frames = samples[: len(samples) // 800 * 800].reshape(-1, 800)
+    return float(np.sqrt((frames.astype(np.float64) ** 2).mean(1).min())) if len(frames) else 0.0
 
 
 def silences(out: Path, seconds: float, seed: int = 0):
