@@ -194,6 +194,14 @@ def test_the_ablation_mixes_hold_every_real_cut_and_an_equal_share_of_synthetic_
         rs.training_mix("synth", [words], synth, tmp_path / "x.jsonl.gz")
 
 
+def _longest_zero_run(samples) -> int:
+    import numpy as np
+
+    zero = np.concatenate([[False], samples == 0, [False]])
+    edges = np.flatnonzero(np.diff(zero.astype(np.int8)))
+    return int((edges[1::2] - edges[::2]).max()) if len(edges) else 0
+
+
 def test_the_long_mix_strings_one_speakers_words_together_and_adds_silences_with_empty_transcripts(rs, tmp_path):
     import numpy as np
     import soundfile as sf
@@ -212,20 +220,20 @@ def test_the_long_mix_strings_one_speakers_words_together_and_adds_silences_with
     (words,) = save_splits(import_table(folder / "t.tsv"), folder)
     synth = tmp_path / "synth"
     synth.mkdir()
-    write_tone(synth / "s.wav", 2.0)
-    (synth / "t.tsv").write_text("path\ttext\ns.wav\tsynthetic words\n")
+    for k in range(3):
+        write_tone(synth / f"s{k}.wav", 2.0)
+    (synth / "t.tsv").write_text("path\ttext\tspeaker\n" + "".join(f"s{k}.wav\tsynth{k}\tvoice\n" for k in range(3)))
     (synth_cuts,) = save_splits(import_table(synth / "t.tsv"), synth)
 
     out = tmp_path / "mix.jsonl.gz"
     mixed = list(load_cuts(rs.training_mix("real+long+synth", [words], synth_cuts, out)))
     real_seconds = sum(0.3 + 0.05 * k for k in range(12))
-    by_kind = {
-        kind: [c for c in mixed if re.sub(r"[-_].*|\d+$", "", c.id) == kind]
-        for kind in ("w", "sequences", "silences", "s")
-    }
+    kinds = ("w", "sequences", "silences", "s", "synth")
+    by_kind = {kind: [c for c in mixed if re.sub(r"\d+$", "", re.sub(r"[-_].*", "", c.id)) == kind] for kind in kinds}
+    assert sum(map(len, by_kind.values())) == len(mixed)
     assert len(by_kind["w"]) == 12  # every real word, once
     sequences, silences = by_kind["sequences"], by_kind["silences"]
-    assert sequences and silences
+    assert sequences and silences and by_kind["synth"]
     assert real_seconds <= sum(c.duration for c in sequences) < real_seconds + 12  # less than one more
     assert rs.SILENCE_SHARE * real_seconds <= sum(c.duration for c in silences) < rs.SILENCE_SHARE * real_seconds + 15
     for cut in sequences:
@@ -238,14 +246,23 @@ def test_the_long_mix_strings_one_speakers_words_together_and_adds_silences_with
         assert spoken + 0.05 * (len(ids) - 1) - 0.01 <= cut.duration <= spoken + 0.6 * (len(ids) - 1) + 3.0 + 0.01
         audio = cut.load_audio()[0]
         assert np.abs(audio).max() > 0.05  # the words are in it, at 16 kHz
+        assert _longest_zero_run(audio) < 8  # pauses hold room tone, never digital silence
+    for cut in by_kind["synth"]:  # synthetic utterances in a row, digital silence between, as TTS writes it
+        ids = [int(t.removeprefix("synth")) for t in cut_text(cut).split()]
+        assert 2 <= len(ids) <= 3 and len(set(ids)) == len(ids)
+        assert 2.0 * len(ids) + 0.2 * (len(ids) - 1) - 0.01 <= cut.duration <= 2.0 * len(ids) + len(ids) + 2.0 + 0.01
+        assert _longest_zero_run(cut.load_audio()[0]) >= 0.2 * 16000 - 1
     for cut in silences:
         assert cut_text(cut) == "" and 0.5 <= cut.duration <= 15.0
         assert np.sqrt(np.mean(cut.load_audio()[0] ** 2)) < 10 ** (-40 / 20) * 1.01
-    synthetic = sum(c.duration for c in by_kind["s"])
+    synthetic = by_kind["s"] + by_kind["synth"]
+    once = sum(c.duration for c in synthetic if not re.search(r"_repeat[1-9]\d*$", c.id))
+    assert 6.0 <= once - 6.0 < 6.0 + 3 * 2.0 + 3.0  # the utterances, and as much again in a row (less than one more)
     made = real_seconds + sum(c.duration for c in sequences + silences)
-    assert synthetic == 2.0 * round(made / 2.0)  # an equal share of synthetic audio, repeated
+    times = max(1, round(made / once))  # an equal share of synthetic audio, repeated
+    assert sum(c.duration for c in synthetic) == pytest.approx(times * once)
     made_files = sorted((tmp_path / "mix_made").rglob("*.wav"))
-    assert len(made_files) == len(sequences) + len(silences)
+    assert len(made_files) == len(sequences) + len(silences) + len({c.id.split("_repeat")[0] for c in by_kind["synth"]})
     assert sf.info(made_files[0]).samplerate == 16000
     stamps = [f.stat().st_mtime_ns for f in made_files]
     out.unlink()  # made again: the written recordings are imported, not written anew
