@@ -89,6 +89,6 @@ def test_the_shipped_model_recognises_espeak_speech(synthesize_speech, monkeypat
     )
     counts = sum((a.counts for a in alignments), start=Counts())
     errors, words = counts.errors, counts.tokens
-    # Measured when the model was committed: greedy 3, joint 2 errors in 26 words. An untrained or wrongly
+    # Measured when the model was committed (2026-11-28): greedy 3, joint 2 errors in 32 words. An untrained or wrongly
     # loaded model gets nearly every word wrong.
     assert errors / words <= 0.25, [t.text for t in transcripts]
