@@ -291,6 +291,8 @@ def sequences(
     digital silence, as a synthesiser writes them. Kept when already written."""
     import numpy as np
 
+    from srupp_asr.audio import SAMPLE_RATE
+
     rng = np.random.default_rng(seed)
     by_speaker: dict[str, list] = {}
     for cuts in cut_sets:
@@ -300,7 +302,7 @@ def sequences(
     weights = np.array([len(by_speaker[s]) for s in speakers], float)
 
     def pause(shortest: float, longest: float, floor: float):
-        n = round(rng.uniform(shortest, longest) * 16000)
+        n = round(rng.uniform(shortest, longest) * SAMPLE_RATE)
         return (rng.standard_normal(n) * floor).astype(np.float32) if room_tone else np.zeros(n, np.float32)
 
     def draw():
@@ -338,10 +340,12 @@ def silences(out: Path, seconds: float, seed: int = 0):
     noise at -80 to -40 dBFS. Kept when already written."""
     import numpy as np
 
+    from srupp_asr.audio import SAMPLE_RATE
+
     rng = np.random.default_rng(seed + 1)
 
     def draw():
-        n, kind = round(rng.uniform(0.5, 15.0) * 16000), int(rng.integers(3))
+        n, kind = round(rng.uniform(0.5, 15.0) * SAMPLE_RATE), int(rng.integers(3))
         noise = rng.standard_normal(n).astype(np.float32)
         if kind == 2:
             noise = np.cumsum(noise)
@@ -354,13 +358,9 @@ def silences(out: Path, seconds: float, seed: int = 0):
 
 def _samples(cut):
     """``cut``'s audio at 16 kHz, float32, one channel."""
-    return cut.resample(16000).load_audio()[0].astype("float32")
+    from srupp_asr.audio import SAMPLE_RATE
 
-
-def _gap(rng, shortest: float, longest: float):
-    import numpy as np
-
-    return np.zeros(round(rng.uniform(shortest, longest) * 16000), np.float32)
+    return cut.resample(SAMPLE_RATE).load_audio()[0].astype("float32")
 
 
 def _made_cuts(out: Path, seconds: float, draw):
@@ -369,6 +369,7 @@ def _made_cuts(out: Path, seconds: float, draw):
     folder is imported again without writing."""
     import soundfile as sf
 
+    from srupp_asr.audio import SAMPLE_RATE
     from srupp_asr.prepare import import_table
 
     table = out / "manifest.tsv"
@@ -378,9 +379,9 @@ def _made_cuts(out: Path, seconds: float, draw):
         while total < seconds:
             audio, text, speaker = draw()
             name = f"audio/{out.name}-{len(rows):05d}.wav"
-            sf.write(out / name, audio.clip(-1, 1), 16000, subtype="PCM_16")
+            sf.write(out / name, audio.clip(-1, 1), SAMPLE_RATE, subtype="PCM_16")
             rows.append(f"{name}\t{text}\t{speaker}")
-            total += len(audio) / 16000
+            total += len(audio) / SAMPLE_RATE
         partial = table.with_suffix(".partial")
         partial.write_text("\n".join(rows) + "\n")
         partial.rename(table)

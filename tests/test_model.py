@@ -626,7 +626,6 @@ def test_a_training_step_reads_the_device_once(char_tokenizer, ctc_weight):
     # What remains: the non-finite guard's one fused read (the skip decision is the host's, before backward, and
     # every rank's must agree) and PyTorch's CUDA CTC, which copies host lengths to the device inside, forward
     # and backward (counted apart).
-
     torch.manual_seed(0)
     module = _SyncCountingModule(
         str(char_tokenizer.path),
@@ -705,7 +704,6 @@ def test_ctc_frames_needed_counts_a_blank_between_equal_neighbours_and_nothing_f
 def test_a_batch_of_silences_with_empty_transcripts_trains(char_tokenizer, mixed):
     # Was: a batch whose transcripts were all empty (U = 0), as a corpus with silence cuts draws now and then,
     # stopped training in ctc_frames_needed (torch.arange(1, 0)).
-
     torch.manual_seed(0)
     module = ASRLightningModule(
         str(char_tokenizer.path), d_model=16, encoder_conf=ENCODER_CONFS["srupp"], decoder_conf=DECODER_CONF
