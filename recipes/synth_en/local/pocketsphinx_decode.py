@@ -5,54 +5,33 @@ compare against; write sclite trn files of the references and hypotheses for ``s
 
 Writes OUT_DIR/pocketsphinx.ref.trn and OUT_DIR/pocketsphinx.hyp.trn (``text (speaker-utterance)`` per line;
 the speaker is the cut's voice) and OUT_DIR/decode_info.json (audio seconds, wall seconds, real-time factor).
-pocketsphinx is installed by the recipe's stage 0 (``pip install pocketsphinx``).
+pocketsphinx is installed by the recipe's stage 0 (``pip install pocketsphinx``); the decoding is
+``benchmarks/peers.py``'s, shared with the benchmarks.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-_DECODER = None
-
-
-def _decoder():
-    global _DECODER
-    if _DECODER is None:
-        from pocketsphinx import Decoder
-
-        _DECODER = Decoder(samprate=16000, loglevel="FATAL")
-    return _DECODER
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # the peers live with the benchmarks
+import peers
 
 
-def decode_samples(samples: np.ndarray) -> str:
-    """pocketsphinx's best hypothesis for 16 kHz float samples in [-1, 1] (one utterance)."""
-    pcm = (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
-    decoder = _decoder()
-    decoder.start_utt()
-    decoder.process_raw(pcm, no_search=False, full_utt=True)
-    decoder.end_utt()
-    hyp = decoder.hyp()
-    return "" if hyp is None else hyp.hypstr
-
-
-def _decode_cut(item: tuple[str, str, np.ndarray]) -> tuple[str, str]:
-    cut_id, speaker, samples = item
-    return f"{speaker}-{cut_id}", decode_samples(samples)
+def _trn_key(cut) -> str:
+    """The cut's trn utterance key: ``speaker-cut id`` (the speaker's own dashes made underscores)."""
+    return f"{(cut.supervisions[0].speaker or 'unknown').replace('-', '_')}-{cut.id}"
 
 
 def _cut_items(cuts):
+    """(trn key, 16 kHz samples) of each cut, read as the decoder asks for them."""
     for cut in cuts:
-        sup = cut.supervisions[0]
-        if cut.sampling_rate != 16000:  # the en-us model is for 16 kHz; real corpora come at 8 or 22.05 kHz
-            cut = cut.resample(16000)
-        yield cut.id, (sup.speaker or "unknown").replace("-", "_"), cut.load_audio()[0]
+        if cut.sampling_rate != peers.SAMPLE_RATE:  # the en-us model is for 16 kHz; real corpora come at 8 or 22.05
+            cut = cut.resample(peers.SAMPLE_RATE)
+        yield _trn_key(cut), cut.load_audio()[0]
 
 
 def main() -> int:
@@ -62,27 +41,20 @@ def main() -> int:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    try:
-        import pocketsphinx  # noqa: F401
-    except ImportError:
-        print(
-            "pocketsphinx_decode.py: error: pocketsphinx is not installed (pip install pocketsphinx)", file=sys.stderr
-        )
-        return 2
     from lhotse import CutSet
 
     from srupp_asr.fileio import atomic_write_text
     from srupp_asr.text import normalize_text
 
     cuts = CutSet.from_file(args.cuts).to_eager()
-    refs = {}
-    for cut in cuts:
-        speaker = (cut.supervisions[0].speaker or "unknown").replace("-", "_")
-        refs[f"{speaker}-{cut.id}"] = normalize_text(cut.supervisions[0].text)
+    refs = {_trn_key(cut): normalize_text(cut.supervisions[0].text) for cut in cuts}
     audio_s = sum(c.duration for c in cuts)
     start = time.perf_counter()
-    with multiprocessing.Pool(args.jobs) as pool:
-        hyps = dict(pool.imap(_decode_cut, _cut_items(cuts), chunksize=4))
+    try:
+        hyps = peers.pocketsphinx(_cut_items(cuts), jobs=args.jobs).hypotheses
+    except peers.PeerMissing as err:
+        print(f"pocketsphinx_decode.py: error: {err}", file=sys.stderr)
+        return 2
     wall = time.perf_counter() - start
     args.out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out_dir / "pocketsphinx.ref.trn", "".join(f"{t} ({k})\n" for k, t in refs.items()))
