@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "transcribe": ("srupp_asr.transcribe", "transcribe audio files (txt, json, srt, vtt, tsv; long recordings)"),
     "evaluate": ("srupp_asr.scoring.evaluate", "decode a cut manifest with a model and score it (WER/CER report)"),
     "score": ("srupp_asr.scoring.score", "score hypotheses against references (sclite-compatible counts)"),
+    "sclite": ("srupp_asr.scoring.sclite", "NIST sclite's command line and reports: -r REF [trn|stm] -h HYP [trn|ctm]"),
     "summarize": ("srupp_asr.scoring.summary", "collect the scoring reports of an experiment into one results table"),
 }
 
@@ -107,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is not None and command not in COMMANDS:
         print(f"srupp-asr: error: {_no_such_command(command)}", file=sys.stderr)
         return 2
+    if command == "sclite":  # sclite's own command line (-h is its hypothesis file), not argparse's
+        from srupp_asr.scoring import sclite
+
+        return _run(command, lambda: sclite.main(argv[argv.index(command) + 1 :]))
     parser = build_parser(command)
     sub, rest = _command_parser(parser, argv)
     # A misspelt option is named before argparse parses anything: parsing would first complain of a required

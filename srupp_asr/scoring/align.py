@@ -24,6 +24,8 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
+from srupp_asr.scoring.wordnet import Word, WordNet
+
 COST_SUB = 4
 COST_DEL = 3
 COST_INS = 3
@@ -236,3 +238,118 @@ def _align_ids(ids: list[tuple[np.ndarray, np.ndarray]]) -> list[str]:
         b -= active & (code != _DEL)
     letters = _LETTERS[trace]
     return [letters[k, : length[k]][::-1].tobytes().decode("ascii") for k in range(batch)]
+
+
+# Word networks (alternations, optional words, fragments): sclite's network DP (``net_dp.c``) over arc pairs,
+# with its costs in thousandths so they add up exactly: a null word ``@`` is left out for 0.001, an optional
+# word for 2, any other word for 3; ``@`` against ``@`` costs 1, a substitution 4, a match 0.
+_NET_NULL, _NET_OPTIONAL, _NET_INDEL, _NET_NULL_PAIR, _NET_SUB = 1, 2000, 3000, 1000, 4000
+
+
+def fragment_equal(a: Word, b: Word) -> bool:
+    """sclite's word match: the texts are equal, or (``-F``) a fragment ``fi-``/``-icks`` matches its rest."""
+    x, y = a.key, b.key
+    if a.fragment or b.fragment:
+        for frag, other in ((x, y), (y, x)):
+            if len(frag) > 1 and frag[0] == "-":
+                return len(other) >= len(frag) - 1 and other.endswith(frag[1:])
+            if len(frag) > 1 and frag[-1] == "-":
+                return other.startswith(frag[:-1])
+    return x == y
+
+
+def _indel_cost(word: Word) -> int:
+    return _NET_NULL if word.null else _NET_OPTIONAL if word.optional else _NET_INDEL
+
+
+def align_nets(ref: WordNet, hyp: WordNet) -> Alignment:
+    """Align two word networks as sclite does: the cheapest path pair, ties broken as in ``net_dp.c``.
+
+    The diagonal step wins when no worse than both others, then the deletion when strictly cheaper than the
+    insertion; among predecessor arcs the first cheapest counts. Null words ``@`` are left out of the result;
+    an optional word left out (either side) is a correct word against an empty one."""
+    pa, pb = ref.preds(), hyp.preds()
+    na, nb = len(ref.words) + 1, len(hyp.words) + 1
+    rw, hw = [None, *ref.words], [None, *hyp.words]
+    cost = [[0] * nb for _ in range(na)]
+    back = [[(-1, -1)] * nb for _ in range(na)]
+    for b in range(1, nb):
+        p = min(pb[b], key=lambda k: cost[0][k])
+        cost[0][b], back[0][b] = cost[0][p] + _indel_cost(hw[b]), (0, p)
+    for a in range(1, na):
+        p = min(pa[a], key=lambda k: cost[k][0])
+        cost[a][0], back[a][0] = cost[p][0] + _indel_cost(rw[a]), (p, 0)
+    for a in range(1, na):
+        ra, row, del_a = rw[a], cost[a], _indel_cost(rw[a])
+        for b in range(1, nb):
+            hb = hw[b]
+            ins_p = min(pb[b], key=lambda k: row[k])
+            del_p = min(pa[a], key=lambda k: cost[k][b])
+            sub_pa, sub_pb, sub = -1, -1, None
+            for x in pa[a]:
+                cx = cost[x]
+                for y in pb[b]:
+                    if sub is None or cx[y] < sub:
+                        sub, sub_pa, sub_pb = cx[y], x, y
+            if ra.null and hb.null:
+                sub += _NET_NULL_PAIR
+            elif not fragment_equal(ra, hb):
+                sub += _NET_SUB
+            ins = row[ins_p] + _indel_cost(hb)
+            dele = cost[del_p][b] + del_a
+            if sub <= dele and sub <= ins:
+                row[b], back[a][b] = sub, (sub_pa, sub_pb)
+            elif dele < ins:
+                row[b], back[a][b] = dele, (del_p, b)
+            else:
+                row[b], back[a][b] = ins, (a, ins_p)
+    best = None
+    for x in ref.final_arcs():
+        for y in hyp.final_arcs():
+            if best is None or cost[x][y] < cost[best[0]][best[1]]:
+                best = (x, y)
+    return _net_path(best, back, rw, hw)
+
+
+def _net_path(start: tuple[int, int], back: list, rw: list, hw: list) -> Alignment:
+    """The back trace of :func:`align_nets` as an :class:`Alignment` (empty strings for left-out optionals)."""
+    refs: list[str] = []
+    hyps: list[str] = []
+    ops: list[str] = []
+    a, b = start
+    while a > 0 or b > 0:
+        ba, bb = back[a][b]
+        if ba == a:  # insertion
+            word = hw[b]
+            if not word.null:
+                refs += [""] if word.optional else []
+                hyps.append(word.text)
+                ops.append(CORRECT if word.optional else INSERTION)
+        elif bb == b:  # deletion
+            word = rw[a]
+            if not word.null:
+                refs.append(word.text)
+                hyps += [""] if word.optional else []
+                ops.append(CORRECT if word.optional else DELETION)
+        elif not (rw[a].null and hw[b].null):
+            refs.append(rw[a].text)
+            hyps.append(hw[b].text)
+            ops.append(CORRECT if fragment_equal(rw[a], hw[b]) else SUBSTITUTION)
+        a, b = ba, bb
+    return Alignment(tuple(reversed(refs)), tuple(reversed(hyps)), "".join(reversed(ops)))
+
+
+def align_net_batch(pairs: Sequence[tuple[WordNet, WordNet]]) -> list[Alignment]:
+    """Align many network pairs: chains of plain words together in the array aligner (:func:`align_batch`),
+    the others one by one with :func:`align_nets`. Both give sclite's alignment."""
+    out: list[Alignment | None] = [None] * len(pairs)
+    plain: list[int] = []
+    for i, (ref, hyp) in enumerate(pairs):
+        if ref.linear_words() is not None and hyp.linear_words() is not None:
+            plain.append(i)
+        else:
+            out[i] = align_nets(ref, hyp)
+    texts = [([w.text for w in pairs[i][0].words], [w.text for w in pairs[i][1].words]) for i in plain]
+    for i, alignment in zip(plain, align_batch(texts), strict=True):
+        out[i] = alignment
+    return out  # type: ignore[return-value]

@@ -4,6 +4,11 @@
 - trn: ``word word ... (UTT_ID)`` per line; the speaker is the id up to its first ``-`` (else its first ``_``),
   as ``sclite -i rm`` reads it.
 - JSON lines: one object per line with ``"id"`` (or ``"utt_id"``), ``"text"`` and optionally ``"speaker"``.
+- STM (segment time marks, sclite's reference of long recordings): ``file channel speaker start end [<labels>]
+  text`` per line; CTM (conversation time marks, its hypotheses): ``file channel start duration word
+  [confidence]`` per word, alternations written as ``<ALT_BEGIN>`` ... ``<ALT>`` ... ``<ALT_END>`` lines.
+  :func:`read_stm` and :func:`read_ctm` read them for ``srupp-asr sclite``.
+- ``;;`` starts a comment line in trn, STM and CTM files, as in sclite.
 - lines (``score --no-ids``): plain text, one utterance per line and no ids: line N is utterance ``line-N`` (a
   blank line is an empty transcript), so a reference and a hypothesis are paired by line number.
 
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_write_text, read_lines
+from srupp_asr.fileio import MAX_LIST_BYTES, atomic_write_text, read_bytes, read_lines
 
 FORMATS = ("auto", "kaldi", "trn", "jsonl", "lines")
 # What a Kaldi-looking file that is really plain text (its first words taken as ids) is told.
@@ -61,7 +66,7 @@ def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "tr
     if fmt not in FORMATS:
         raise ValueError(f"unknown transcript format {fmt!r}; expected one of {FORMATS}")
     lines = read_lines(path, what, max_line_chars=MAX_TRANSCRIPT_CHARS)  # a 100 MB line is not one utterance
-    numbered = [(i, line) for i, line in enumerate(lines, start=1) if line.strip()]
+    numbered = [(i, line) for i, line in enumerate(lines, start=1) if line.strip() and not is_comment(line)]
     if not numbered:
         raise UserError(f"{path}: {what} holds no transcripts")
     if fmt == "lines":
@@ -81,6 +86,90 @@ def read_transcripts(path: str | os.PathLike, fmt: str = "auto", what: str = "tr
         seen[item.utt_id] = number
         out.append(item)
     return out
+
+
+def is_comment(line: str) -> bool:
+    """A sclite comment line (``;;`` first): trn, STM and CTM files may hold them anywhere."""
+    return line.lstrip().startswith(";;")
+
+
+def split_trn_id(line: str) -> tuple[str, str | None]:
+    """(text, utterance id) of a trn line: the id is inside its last ``(...)``; None when there is none."""
+    body = line.rstrip()
+    start = body.rfind("(")
+    if not body.endswith(")") or start < 0:
+        return body, None
+    return body[:start], body[start + 1 : -1].strip()
+
+
+@dataclass(frozen=True)
+class StmSegment:
+    """One STM line: a stretch of a recording channel with its speaker and reference text."""
+
+    file: str
+    channel: str
+    speaker: str
+    start: float
+    end: float
+    labels: str
+    text: str
+
+
+@dataclass(frozen=True)
+class CtmToken:
+    """One CTM line: a timed hypothesis word, or an alternation mark (``<ALT_BEGIN>``, ``<ALT>``, ``<ALT_END>``,
+    whose times are ``*`` and read as None)."""
+
+    file: str
+    channel: str
+    start: float | None
+    duration: float | None
+    word: str
+
+
+def read_stm(path: str | os.PathLike, encoding: str = "utf-8") -> list[StmSegment]:
+    """The segments of an STM file, in file order (comments and blank lines skipped)."""
+    out = []
+    for number, line in data_lines(path, "STM file", encoding):
+        parts = line.split(maxsplit=5)
+        if len(parts) < 5:
+            raise UserError(f"{path}:{number}: an STM line is 'FILE CHANNEL SPEAKER START END [<LABELS>] TEXT'")
+        start, end = _time(parts[3], path, number), _time(parts[4], path, number)
+        rest = parts[5] if len(parts) > 5 else ""
+        labels = ""
+        if rest.startswith("<") and ">" in rest:
+            labels, _, rest = rest[1:].partition(">")
+        out.append(StmSegment(parts[0], parts[1], parts[2], start, end, labels, " ".join(rest.split())))
+    return out
+
+
+def read_ctm(path: str | os.PathLike, encoding: str = "utf-8") -> list[CtmToken]:
+    """The words of a CTM file, in file order (comments and blank lines skipped)."""
+    out = []
+    for number, line in data_lines(path, "CTM file", encoding):
+        parts = line.split()
+        if len(parts) < 5:
+            raise UserError(f"{path}:{number}: a CTM line is 'FILE CHANNEL START DURATION WORD [CONFIDENCE]'")
+        if parts[4].upper().startswith("<ALT"):
+            out.append(CtmToken(parts[0], parts[1], None, None, parts[4].upper()))
+            continue
+        start, duration = _time(parts[2], path, number), _time(parts[3], path, number)
+        out.append(CtmToken(parts[0], parts[1], start, duration, parts[4]))
+    return out
+
+
+def data_lines(path: str | os.PathLike, what: str, encoding: str) -> list[tuple[int, str]]:
+    """(line number, line) of a sclite input file's non-blank, non-comment lines, decoded as ``encoding``."""
+    text = read_bytes(path, what, MAX_LIST_BYTES).decode(encoding, errors="replace")
+    lines = text.removeprefix("\ufeff").split("\n")
+    return [(i, line.rstrip("\r")) for i, line in enumerate(lines, start=1) if line.strip() and not is_comment(line)]
+
+
+def _time(text: str, path: str | os.PathLike, number: int) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"{path}:{number}: expected a time in seconds, got {text[:40]!r}") from None
 
 
 def read_utt2spk(path: str | os.PathLike) -> dict[str, str]:

@@ -1,0 +1,297 @@
+"""``srupp-asr sclite``: NIST sclite's command line and reports, on the package's reader and aligner.
+
+``srupp-asr sclite -r REF [trn|stm] -h HYP [trn|ctm] [TITLE] -i wsj -o sum rsum pralign -O DIR -n NAME`` scores
+as sclite (NIST SCTK) does and writes ``NAME.sys``, ``NAME.raw`` and ``NAME.pra`` in its layout:
+
+- trn against trn: the hypothesis file drives; each hypothesis id's reference is found case-insensitively (both
+  lines are case-folded unless ``-s``); the speaker is taken from the id as ``-i`` says.
+- STM against CTM: per recording and channel, hypothesis words are given to reference segments in time order: a
+  word (an alternation block, by its latest word) belongs to the first segment whose end time is later than its
+  midpoint, the channel's last segment takes the rest; segments marked ``IGNORE_TIME_SEGMENT_IN_SCORING`` drop
+  their words. Utterance ids are ``SPEAKER-NNN``.
+- ``-D`` optional words ``(uh)``, ``-F`` fragments, ``-c [DH] [NOASCII]`` characters: see
+  :mod:`srupp_asr.scoring.wordnet`. Alignment: :func:`srupp_asr.scoring.align.align_net_batch`.
+
+Options sclite has that this does not (``-S``, ``-w``, ``-L``, ``-d``, ``-m``, ``-T``, ``-P`` SGML input) are
+refused in one line naming the option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from srupp_asr.errors import UserError
+from srupp_asr.scoring.align import align_net_batch
+from srupp_asr.scoring.formats import data_lines, read_ctm, read_stm, split_trn_id
+from srupp_asr.scoring.sclite_report import ScoredUtterance, pra_text, summary_table
+from srupp_asr.scoring.wordnet import CharMode, build_net
+
+ID_TYPES = ("rm", "wsj", "spu_id", "swb", "sp", "atis")
+_REFUSED = {
+    "-S": "inferred word segmentation",
+    "-w": "word-weight alignment",
+    "-L": "language-model-weighted alignment",
+    "-d": "GNU diff alignment",
+    "-m": "reducing ref/hyp to their intersection",
+    "-T": "time-mediated alignment",
+    "-P": "SGML input",
+    "-g": "SGML input",
+}
+_REPORTS = {"sum": "sys", "rsum": "raw", "pralign": "pra"}
+_ENCODINGS = {"utf-8": "utf-8", "gb": "gb18030", "euc": "euc-jp"}
+_FOLDS = ("babel_turkish", "babel_vietnamese", "ukrainian")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+# sclite also skips the mark written without underscores (SCTK test3a): compared without them, any case.
+IGNORE_MARK = "ignoretimesegmentinscoring"
+
+
+@dataclass
+class Options:
+    """What a sclite command line asks for."""
+
+    ref: str = ""
+    ref_format: str = "trn"
+    hyp: str = ""
+    hyp_format: str = "trn"
+    title: str | None = None
+    id_type: str = "sp"
+    fragments: bool = False
+    optional: bool = False
+    case_sensitive: bool = False
+    chars: CharMode | None = None
+    encoding: str = "latin-1"
+    fold: str | None = None
+    reports: list[str] = field(default_factory=lambda: ["sum"])
+    stdout: bool = False
+    out_dir: str | None = None
+    name: str | None = None
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    """sclite's options (``-r FILE [FMT]``, ``-o sum rsum ...``), refusing those it does not support."""
+    opts = Options()
+    args = list(argv)
+    i = 0
+
+    def values(limit: int | None = None) -> list[str]:
+        nonlocal i
+        out = []
+        while (
+            i < len(args) and not (args[i].startswith("-") and len(args[i]) > 1) and (limit is None or len(out) < limit)
+        ):
+            out.append(args[i])
+            i += 1
+        return out
+
+    while i < len(args):
+        flag = args[i]
+        i += 1
+        if flag in _REFUSED:
+            raise UserError(f"sclite: option {flag} ({_REFUSED[flag]}) is not supported by srupp-asr sclite")
+        if flag == "-r":
+            opts.ref, *rest = values(2) or [""]
+            opts.ref_format = rest[0] if rest else "trn"
+        elif flag == "-h":
+            opts.hyp, *rest = values(3) or [""]
+            opts.hyp_format = rest[0] if rest else "trn"
+            opts.title = rest[1] if len(rest) > 1 else None
+        elif flag == "-i":
+            (opts.id_type,) = values(1) or [""]
+            if opts.id_type not in ID_TYPES:
+                raise UserError(f"sclite: -i takes one of {', '.join(ID_TYPES)}, got {opts.id_type!r}")
+        elif flag == "-F":
+            opts.fragments = True
+        elif flag == "-D":
+            opts.optional = True
+        elif flag == "-s":
+            opts.case_sensitive = True
+        elif flag == "-c":
+            words = {w.upper() for w in values()}
+            opts.chars = CharMode(no_ascii="NOASCII" in words, drop_hyphens="DH" in words)
+        elif flag == "-e":
+            enc, *rest = values(2) or [""]
+            if enc not in _ENCODINGS:
+                raise UserError(f"sclite: -e takes one of {', '.join(_ENCODINGS)}, got {enc!r}")
+            opts.encoding, opts.fold = _ENCODINGS[enc], (rest[0] if rest else None)
+            if opts.fold is not None and opts.fold not in _FOLDS:
+                raise UserError(f"sclite: -e {enc} takes a case folding of {', '.join(_FOLDS)}, got {opts.fold!r}")
+        elif flag == "-o":
+            words = values()
+            opts.stdout = "stdout" in words
+            opts.reports = [r for r in _expand_reports(words)]
+        elif flag == "-O":
+            (opts.out_dir,) = values(1) or [None]
+        elif flag == "-n":
+            (opts.name,) = values(1) or [None]
+        elif flag in ("-f", "-l"):
+            values(1)  # feedback level, line width: no effect on the reports
+        else:
+            raise UserError(f"sclite: unknown option {flag!r}")
+    if not opts.ref or not opts.hyp:
+        raise UserError("sclite: needs -r REF_FILE and -h HYP_FILE")
+    formats = {(opts.ref_format, opts.hyp_format)}
+    if not formats <= {("trn", "trn"), ("stm", "ctm")}:
+        raise UserError(
+            f"sclite: -r {opts.ref_format} against -h {opts.hyp_format} is not supported (trn/trn and stm/ctm are)"
+        )
+    return opts
+
+
+def _expand_reports(words: Sequence[str]) -> list[str]:
+    out = []
+    for word in words:
+        for name in ("sum", "rsum", "pralign") if word == "all" else (word,):
+            if name in _REPORTS and name not in out:
+                out.append(name)
+            elif name not in _REPORTS and name not in ("stdout", "none"):
+                print(f"sclite: warning: report '{name}' is not written by srupp-asr sclite", file=sys.stderr)
+    return out
+
+
+def fold_case(text: str, opts: Options) -> str:
+    """sclite's case folding: ASCII only for 8-bit text, Unicode under ``-e utf-8`` (Turkish dotted/dotless i
+    under ``babel_turkish``); nothing under ``-s``."""
+    if opts.case_sensitive:
+        return text
+    if opts.encoding != "utf-8":
+        return text.translate(_ASCII_LOWER)
+    if opts.fold == "babel_turkish":
+        text = text.replace("I", "ı").replace("İ", "i")
+    return text.lower()
+
+
+def speaker_of(utt_id: str, id_type: str) -> str:
+    """The speaker part of an utterance id, as sclite's ``-i`` takes it."""
+    if id_type == "sp":
+        return utt_id
+    if id_type in ("wsj", "atis"):
+        return utt_id[:3]
+    for sep in "-_":
+        if sep in utt_id:
+            return utt_id[: utt_id.index(sep)]
+    raise UserError(f"sclite: can't find the speaker in utterance id {utt_id!r} (-i {id_type})")
+
+
+def _net(text: str, opts: Options):
+    return build_net(fold_case(text, opts), opts.optional, opts.fragments, opts.chars)
+
+
+def score_trn(opts: Options) -> list[ScoredUtterance]:
+    """trn against trn: each hypothesis line with the reference of the same (case-folded) id."""
+    refs: dict[str, str] = {}
+    for number, line in data_lines(opts.ref, "reference file", opts.encoding):
+        text, utt_id = split_trn_id(line)
+        if utt_id is None:
+            raise UserError(f"{opts.ref}:{number}: a trn line ends with its utterance id in parentheses")
+        refs.setdefault(fold_case(utt_id, opts), text)
+    pairs, keys = [], []
+    for number, line in data_lines(opts.hyp, "hypothesis file", opts.encoding):
+        text, utt_id = split_trn_id(line)
+        if utt_id is None:
+            raise UserError(f"{opts.hyp}:{number}: a trn line ends with its utterance id in parentheses")
+        key = fold_case(utt_id, opts)
+        if key not in refs:
+            raise UserError(f"{opts.hyp}:{number}: no reference for utterance id '{utt_id}' in {opts.ref}")
+        keys.append(key)
+        pairs.append((_net(refs[key], opts), _net(text, opts)))
+    alignments = align_net_batch(pairs)
+    return [ScoredUtterance(k, speaker_of(k, opts.id_type), a) for k, a in zip(keys, alignments, strict=True)]
+
+
+def _ctm_items(tokens) -> list[tuple[float, str]]:
+    """A channel's CTM words as (midpoint, text) items; an alternation block is one item ``{ a / b }`` whose
+    midpoint is its latest word's."""
+    items: list[tuple[float, str]] = []
+    block: list[str] | None = None
+    mid = 0.0
+    for tok in tokens:
+        if tok.word == "<ALT_BEGIN>":
+            block, mid = ["{"], 0.0
+        elif tok.word == "<ALT>" and block is not None:
+            block.append("/")
+        elif tok.word == "<ALT_END>" and block is not None:
+            items.append((mid, " ".join([*block, "}"])))
+            block = None
+        elif block is not None:
+            block.append(tok.word)
+            mid = max(mid, tok.start + tok.duration / 2)
+        else:
+            items.append((tok.start + tok.duration / 2, tok.word))
+    return items
+
+
+def score_stm_ctm(opts: Options) -> list[ScoredUtterance]:
+    """STM references against CTM hypotheses, words given to segments by time as sclite does."""
+    segments = read_stm(opts.ref, opts.encoding)
+    channels: dict[tuple[str, str], list] = {}
+    for tok in read_ctm(opts.hyp, opts.encoding):
+        channels.setdefault((tok.file, tok.channel.lower()), []).append(tok)
+    ref_channels: dict[tuple[str, str], list] = {}
+    for seg in segments:
+        ref_channels.setdefault((seg.file, seg.channel.lower()), []).append(seg)
+    extra = [key for key in channels if key not in ref_channels]
+    if extra:
+        raise UserError(f"{opts.hyp}: recording '{extra[0][0]}' channel '{extra[0][1]}' is not in {opts.ref}")
+    pairs, meta = [], []
+    sentences: dict[str, int] = {}
+    for key, segs in ref_channels.items():
+        items = _ctm_items(channels.get(key, []))
+        cur = 0
+        for k, seg in enumerate(segs):
+            end = len(items)
+            if k < len(segs) - 1:
+                end = cur
+                while end < len(items) and items[end][0] < seg.end:
+                    end += 1
+            words, cur = [text for _, text in items[cur:end]], end
+            if IGNORE_MARK in seg.text.lower().replace("_", ""):
+                continue
+            speaker = fold_case(seg.speaker, opts)
+            utt_id = f"{speaker}-{sentences.get(speaker, 0):03d}"
+            sentences[speaker] = sentences.get(speaker, 0) + 1
+            pairs.append((_net(seg.text, opts), _net(" ".join(words), opts)))
+            meta.append((utt_id, speaker, seg))
+    alignments = align_net_batch(pairs)
+    return [
+        ScoredUtterance(u, s, a, seg.file, seg.channel, fold_case(seg.labels, opts) or None)
+        for (u, s, seg), a in zip(meta, alignments, strict=True)
+    ]
+
+
+def sclite(opts: Options) -> list[ScoredUtterance]:
+    """Score as ``opts`` say and write the reports; returns the scored utterances."""
+    utts = score_trn(opts) if opts.ref_format == "trn" else score_stm_ctm(opts)
+    title = opts.title or opts.hyp
+    texts = {
+        "sum": lambda: summary_table(utts, title, raw=False, chars=opts.chars is not None),
+        "rsum": lambda: summary_table(utts, title, raw=True, chars=opts.chars is not None),
+        "pralign": lambda: pra_text(utts, title),
+    }
+    out_dir = Path(opts.out_dir) if opts.out_dir else Path(opts.hyp).parent
+    name = opts.name or Path(opts.hyp).name
+    for report in opts.reports:
+        text = texts[report]()
+        if opts.stdout:
+            sys.stdout.write(text)
+        else:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / f"{name}.{_REPORTS[report]}").write_text(text, encoding=opts.encoding, errors="replace")
+    return utts
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run ``srupp-asr sclite`` with sclite's own command line."""
+    sclite(parse_args(argv))
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``sclite`` for ``srupp-asr --help`` (its command line is sclite's, parsed by :func:`parse_args`)."""
+    p = subparsers.add_parser("sclite", help="NIST sclite's command line and reports (.sys/.raw/.pra)", add_help=False)
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+    p.set_defaults(func=lambda args: main(args.argv))
+    return p

@@ -1,0 +1,173 @@
+"""sclite's report files: ``.sys`` (percentages by speaker), ``.raw`` (counts by speaker), ``.pra`` (alignments).
+
+The layout is sclite's (NIST SCTK ``sc_stats``/``report``): a box 80 columns wide, one row per speaker in the order
+speakers were first seen, then the Sum row and the Mean, S.D. (n-1) and Median of the speakers' rows. A speaker
+without reference words shows counts marked ``*`` instead of percentages in ``.sys`` and is left out of the
+percentage statistics (marked ``+``), as sclite does.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from srupp_asr.scoring.align import Alignment, Counts, fmt_rate
+
+WIDTH = 80
+_RATE_HEAD = " Corr    Sub    Del    Ins    Err  S.Err "
+
+
+@dataclass(frozen=True)
+class ScoredUtterance:
+    """One aligned utterance with what sclite reports of it."""
+
+    utt_id: str
+    speaker: str
+    alignment: Alignment
+    file: str | None = None
+    channel: str | None = None
+    labels: str | None = None
+
+
+def by_speaker(utterances: Sequence[ScoredUtterance]) -> dict[str, list[ScoredUtterance]]:
+    """Utterances grouped by speaker, speakers in the order first seen."""
+    out: dict[str, list[ScoredUtterance]] = {}
+    for utt in utterances:
+        out.setdefault(utt.speaker, []).append(utt)
+    return out
+
+
+def speaker_counts(utterances: Sequence[ScoredUtterance]) -> dict[str, Counts]:
+    """Each speaker's totals."""
+    return {spk: sum((u.alignment.counts for u in utts), Counts()) for spk, utts in by_speaker(utterances).items()}
+
+
+def _center(text: str, width: int) -> str:
+    pad = width - len(text)
+    return " " * (pad // 2) + text + " " * (pad - pad // 2)
+
+
+def _values(c: Counts) -> list[int]:
+    return [c.correct, c.substitutions, c.deletions, c.insertions, c.errors, c.sentence_errors]
+
+
+def _rate_cells(values: Sequence[float | None], marks: Sequence[str]) -> str:
+    """Six numbers as sclite prints them: the first 5 wide, the rest 7, each followed by its mark (or space)."""
+    out = []
+    for k, (value, mark) in enumerate(zip(values, marks, strict=True)):
+        text = value if isinstance(value, str) else fmt_rate(value)
+        out.append(text.rjust((5 if k == 0 else 7) - (1 if mark else 0)) + mark)
+    return "".join(out) + " "
+
+
+def _int_cells(values: Sequence[int]) -> str:
+    return f"{values[0]:5d}" + "".join(f"{v:7d}" for v in values[1:]) + " "
+
+
+def _stats(rows: Sequence[Sequence[float]]) -> list[tuple[str, list[float]]]:
+    """Mean, S.D. (n-1; 0 for one row) and Median of each column."""
+    cols = list(zip(*rows, strict=True)) if rows else []
+    mean = [statistics.fmean(c) for c in cols]
+    sd = [statistics.stdev(c) if len(c) > 1 else 0.0 for c in cols]
+    median = [statistics.median(c) for c in cols]
+    return [("Mean", mean), ("S.D.", sd), ("Median", median)]
+
+
+def summary_table(utterances: Sequence[ScoredUtterance], title: str, raw: bool, chars: bool) -> str:
+    """The ``.sys`` (``raw=False``) or ``.raw`` table."""
+    counts = speaker_counts(utterances)
+    names = list(counts)
+    col = max([len(n) + 2 for n in names] + [6 if raw else 8])
+    inner = col + 1 + 13 + 1 + 41
+    indent = " " * ((WIDTH - inner - 2) // 2)
+    unit = "Chr" if chars else "Wrd"
+    bar = "|" + "-" * col + "+" + "-" * 13 + "+" + "-" * 41 + "|"
+    lines = ["", "", "", _center("SYSTEM SUMMARY PERCENTAGES by SPEAKER", WIDTH), ""]
+    lines += ["," + "-" * inner + ".", "|" + _center(title, inner) + "|", "|" + "-" * inner + "|"]
+    lines += ["|" + " SPKR".ljust(col) + f"| # Snt # {unit} |" + _RATE_HEAD + "|", bar]
+    starred = plus = False
+    for k, name in enumerate(names):
+        c = counts[name]
+        cells = _int_cells(_values(c)) if raw else _pct_cells(c)
+        starred |= not raw and not c.tokens
+        lines.append("|" + f" {name}".ljust(col) + "|" + f"{c.sentences:5d}{c.tokens:7d} |" + cells + "|")
+        lines.append(bar if k < len(names) - 1 else "|" + "=" * inner + "|")
+    total = sum(counts.values(), Counts())
+    sum_cells = _int_cells(_values(total)) if raw else _pct_cells(total)
+    label = " Sum" if raw else " Sum/Avg"
+    lines += ["|" + label.ljust(col) + "|" + f"{total.sentences:5d}{total.tokens:7d} |" + sum_cells + "|"]
+    lines += ["|" + "=" * inner + "|"]
+    size_rows = [[c.sentences, c.tokens] for c in counts.values()]
+    if raw:
+        value_rows = [_values(c) for c in counts.values()]
+        marks = [""] * 6
+    else:
+        kept = [c for c in counts.values() if c.tokens]
+        plus = len(kept) < len(counts)
+        value_rows = [
+            [*(100.0 * v / c.tokens for v in _values(c)[:5]), 100.0 * c.sentence_errors / c.sentences] for c in kept
+        ]
+        marks = ["+" if plus else ""] * 5 + [""]
+    size_stats = _stats(size_rows)
+    value_stats = _stats(value_rows) if value_rows else [(n, [None] * 6) for n in ("Mean", "S.D.", "Median")]
+    if not raw and plus:  # S.Err is over sentences: every speaker counts
+        serr = _stats([[100.0 * c.sentence_errors / c.sentences] for c in counts.values()])
+        value_stats = [(n, [*v[:5], s[1][0]]) for (n, v), s in zip(value_stats, serr, strict=True)]
+    for (name, sizes), (_, values) in zip(size_stats, value_stats, strict=True):
+        size_text = f"{fmt_rate(sizes[0]):>5}{fmt_rate(sizes[1]):>7} "
+        lines.append("|" + _center(name, col) + "|" + size_text + "|" + _rate_cells(values, marks) + "|")
+    lines.append("`" + "-" * inner + "'")
+    lines = [line if not line or line.startswith(" " * 10) else indent + line for line in lines]
+    if starred:
+        lines += [
+            "",
+            "* No Reference words for this/these speaker(s).  Word counts supplied",
+            "  rather than percents.",
+        ]
+    if plus:
+        lines.append("+ Speaker(s) with no reference data is ignored")
+    return "\n".join(lines) + "\n"
+
+
+def _pct_cells(c: Counts) -> str:
+    if not c.tokens:  # no reference words: counts, starred
+        return _rate_cells([str(v) for v in _values(c)[:5]] + [c.sentence_error_rate], ["*"] * 5 + [""])
+    return _rate_cells(c.row()[2:], [""] * 6)
+
+
+def pra_text(utterances: Sequence[ScoredUtterance], title: str) -> str:
+    """The ``.pra`` file: each speaker's utterances with their counts and REF/HYP/Eval lines."""
+    groups = by_speaker(utterances)
+    out = ["", "", "\t\tDUMP OF SYSTEM ALIGNMENT STRUCTURE", "", f"System name:   {title}", "", "Speakers: "]
+    out += [f"{k:5d}:  {name}" for k, name in enumerate(groups)]
+    out.append("")
+    for k, (name, utts) in enumerate(groups.items()):
+        out.append(f"Speaker sentences{k:4d}:  {name}   #utts: {len(utts)}")
+        for utt in utts:
+            out += _pra_utterance(utt)
+    return "\n".join(out) + "\n"
+
+
+def _pra_utterance(utt: ScoredUtterance) -> list[str]:
+    c = utt.alignment.counts
+    lines = [f"id: ({utt.utt_id})"]
+    if utt.labels:
+        lines.append(f"Labels: <{utt.labels}>")
+    if utt.file is not None:
+        lines += [f"File: {utt.file}", f"Channel: {utt.channel}"]
+    lines.append(f"Scores: (#C #S #D #I) {c.correct} {c.substitutions} {c.deletions} {c.insertions}")
+    ref, hyp, ev = [], [], []
+    for r, h, op in utt.alignment.columns():
+        r = r if r is not None else ""
+        h = h if h is not None else ""
+        if op != "C":
+            r, h = r.upper(), h.upper()
+        width = max(len(r), len(h), 1)
+        ref.append("*" * width if op == "I" else r.ljust(width))
+        hyp.append("*" * width if op == "D" else h.ljust(width))
+        ev.append((op if op != "C" else "").ljust(width))
+    if ref:
+        lines += ["REF:  " + " ".join(ref) + " ", "HYP:  " + " ".join(hyp) + " ", "Eval: " + " ".join(ev) + " "]
+    lines.append("")
+    return lines

@@ -1,0 +1,196 @@
+"""sclite's transcript language as a word network: alternations, the null word, optional words, fragments.
+
+A transcript (a trn line's text, an STM segment's text, a CTM channel's words) is a sequence of words and
+alternations ``{ a b / c / @ }``: one of the ``/``-separated word sequences is said, ``@`` (or an empty
+alternative) meaning none. sclite (NIST SCTK) aligns such a transcript as a network whose arcs are words; this
+module builds that network so :func:`srupp_asr.scoring.align.align_nets` can align it the way sclite does.
+
+- ``-D``: a word in parentheses, ``(uh)``, may be left out at no error (it counts as correct when deleted).
+- ``-F``: a fragment, a word that ends or starts with ``-`` (``fi-``, ``-icks``), matches any word that starts
+  (ends) with the rest of it.
+- ``-c``: words are split into characters; ``NOASCII`` keeps runs of ASCII letters whole, ``DH`` drops hyphens.
+- A word's tags after an unescaped ``;`` (``word;tag1;tag2``) are not part of it; ``\\;`` is a literal ``;``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+NULL_WORD = "@"
+_TOKEN = re.compile(r"[{}]|[^\s{}]+")
+_TAG_SPLIT = re.compile(r"(?<!\\);")
+
+
+@dataclass(frozen=True)
+class Word:
+    """One arc's word: ``text`` as shown, ``key`` as compared (an optional word's text without parentheses)."""
+
+    text: str
+    key: str
+    null: bool = False
+    optional: bool = False
+    fragment: bool = False
+
+
+@dataclass(frozen=True)
+class CharMode:
+    """How ``-c`` splits words: ``no_ascii`` keeps ASCII runs whole, ``drop_hyphens`` removes ``-``."""
+
+    no_ascii: bool = False
+    drop_hyphens: bool = False
+
+
+@dataclass
+class WordNet:
+    """A word network: arcs (word, from node, to node) in an order where every arc follows its predecessors.
+
+    Node 0 is the start; ``stop`` is the end node. Index 0 of :meth:`preds` results stands for the (virtual)
+    arc entering the start node, so a network of n arcs has arc indices 1..n."""
+
+    words: list[Word] = field(default_factory=list)
+    src: list[int] = field(default_factory=list)
+    dst: list[int] = field(default_factory=list)
+    stop: int = 0
+    nodes: int = 1
+
+    def add(self, word: Word, src: int, dst: int) -> None:
+        """Append an arc."""
+        self.words.append(word)
+        self.src.append(src)
+        self.dst.append(dst)
+
+    def new_node(self) -> int:
+        """A fresh node's number."""
+        self.nodes += 1
+        return self.nodes - 1
+
+    def preds(self) -> list[list[int]]:
+        """For arc indices 0..n: the arcs (1-based; 0 = the start) ending where each arc starts, in order."""
+        into: list[list[int]] = [[] for _ in range(self.nodes)]
+        into[0].append(0)
+        for i, node in enumerate(self.dst, start=1):
+            into[node].append(i)
+        return [[]] + [into[s] for s in self.src]
+
+    def final_arcs(self) -> list[int]:
+        """The arcs (1-based; 0 = the start) that end at the stop node."""
+        return ([0] if self.stop == 0 else []) + [i for i, d in enumerate(self.dst, start=1) if d == self.stop]
+
+    def linear_words(self) -> list[Word] | None:
+        """The words in order when the network is one chain of plain words (no alternation, null, optional
+        word or fragment), else None: such a pair is aligned by the batched array aligner."""
+        if len(self.words) != self.nodes - 1:
+            return None
+        node = 0
+        for word, s, d in zip(self.words, self.src, self.dst, strict=True):
+            if s != node or word.null or word.optional or word.fragment:
+                return None
+            node = d
+        return self.words if node == self.stop else None
+
+
+def parse_tokens(text: str) -> list[str]:
+    """Words and the alternation marks ``{``, ``/``, ``}`` of a transcript (``/`` only counts inside braces)."""
+    out: list[str] = []
+    depth = 0
+    for token in _TOKEN.findall(text):
+        depth += (token == "{") - (token == "}")
+        if depth > 0 and "/" in token and token != "/":
+            out += [part for part in re.split(r"(/)", token) if part]
+        else:
+            out.append(token)
+    return out
+
+
+def build_net(text: str, optional: bool = False, fragments: bool = False, chars: CharMode | None = None) -> WordNet:
+    """The network of one transcript (already case-folded), decoding ``-D``/``-F``/``-c`` as sclite does."""
+    tokens = parse_tokens(text)
+    net = WordNet()
+    seq, _ = _parse_seq(tokens, 0)
+    net.stop = net.new_node() if seq else 0
+    if seq:
+        _emit(seq, 0, net.stop, net, optional, fragments, chars)
+    return net
+
+
+def word_of(token: str, optional: bool, fragments: bool) -> Word:
+    """A word as sclite reads it: tags dropped, ``(w)`` optional under ``-D``, ``w-``/``-w`` fragments under ``-F``."""
+    value = _TAG_SPLIT.split(token, maxsplit=1)[0].replace("\\;", ";")
+    if value.endswith("*") and len(value) > 1:
+        value = value[:-1]  # sclite drops a trailing '*' (a marked word)
+    key, is_opt = value, False
+    if optional and len(value) >= 2 and value[0] == "(" and value[-1] == ")":
+        key, is_opt = value[1:-1], True
+    frag = fragments and len(key) > 0 and (key[0] == "-" or key[-1] == "-")
+    return Word(value, key, value == NULL_WORD, is_opt, frag)
+
+
+def split_chars(word: str, mode: CharMode) -> list[str]:
+    """A word's characters as ``sclite -c`` splits them (ASCII runs whole under NOASCII; no hyphens under DH)."""
+    if mode.drop_hyphens:
+        word = word.replace("-", "")
+    if not mode.no_ascii:
+        return list(word)
+    out: list[str] = []
+    for ch in word:
+        if ch.isascii() and out and out[-1][-1:].isascii() and out[-1].isascii():
+            out[-1] += ch
+        else:
+            out.append(ch)
+    return out
+
+
+_Seq = list  # items: str (a word) or list[_Seq] (an alternation)
+
+
+def _parse_seq(tokens: list[str], i: int) -> tuple[_Seq, int]:
+    """Items from ``tokens[i]`` up to an unmatched ``/`` or ``}`` (or the end)."""
+    seq: _Seq = []
+    while i < len(tokens):
+        token = tokens[i]
+        if token in ("/", "}"):
+            return seq, i
+        if token == "{":
+            alternatives = []
+            i += 1
+            while True:
+                alt, i = _parse_seq(tokens, i)
+                alternatives.append(alt)
+                if i >= len(tokens) or tokens[i] == "}":
+                    i += 1
+                    break
+                i += 1  # past '/'
+            seq.append(alternatives)
+            continue
+        seq.append(token)
+        i += 1
+    return seq, i
+
+
+def _emit(seq: _Seq, src: int, dst: int, net: WordNet, optional: bool, fragments: bool, chars: CharMode | None) -> None:
+    """Add the arcs of ``seq`` from node ``src`` to node ``dst``."""
+    for k, item in enumerate(seq):
+        end = dst if k == len(seq) - 1 else net.new_node()
+        if isinstance(item, list):
+            for alt in item:
+                if alt:
+                    _emit(alt, src, end, net, optional, fragments, chars)
+                else:
+                    net.add(Word(NULL_WORD, NULL_WORD, null=True), src, end)
+        else:
+            _add_word(word_of(item, optional, fragments), src, end, net, chars)
+        src = end
+
+
+def _add_word(word: Word, src: int, dst: int, net: WordNet, chars: CharMode | None) -> None:
+    """One word's arc, or under ``-c`` a chain of its characters' arcs (each optional if the word is)."""
+    parts = split_chars(word.key, chars) if chars is not None and len(word.text) > 1 and not word.null else None
+    if not parts or parts == [word.text]:
+        net.add(word, src, dst)
+        return
+    for k, part in enumerate(parts):
+        end = dst if k == len(parts) - 1 else net.new_node()
+        text = f"({part})" if word.optional else part
+        net.add(Word(text, part, part == NULL_WORD, word.optional, word.fragment and len(parts) == 1), src, end)
+        src = end
