@@ -41,10 +41,10 @@ import lightning as L
 import numpy as np
 import torch
 
-from srupp_asr.checkpoints import prepare_resume
 from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.errors import UserError
 from srupp_asr.frontend import load_cmvn
+from srupp_asr.lightning_checkpoints import prepare_resume
 from srupp_asr.model import ASRModel, ctc_frames_needed
 from srupp_asr.model_dir import initial_weights
 from srupp_asr.schedulers import OPTIMIZERS, NoamLR, build_optimizer

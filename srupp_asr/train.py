@@ -19,7 +19,7 @@ Added to what LightningCLI offers:
   config before anything is instantiated: a config from a stranger cannot make training build an arbitrary
   object. ``SRUPP_ASR_TRUSTED_CLASSES=pkg,other.module`` adds module prefixes (your own callbacks);
 - checkpoints are written atomically and read with ``weights_only=True``
-  (:class:`~srupp_asr.checkpoints.AtomicCheckpointIO`);
+  (:class:`~srupp_asr.lightning_checkpoints.AtomicCheckpointIO`);
 - without a ``trainer.logger``, logs go to ``<trainer.default_root_dir>/csv`` (CSVLogger) and, when tensorboard
   is installed, ``<trainer.default_root_dir>/tensorboard``; the resolved config is saved beside them;
 - ``fit`` holds a lock on ``<trainer.default_root_dir>/.train.lock``: a second ``fit`` into the same folder while
@@ -121,11 +121,11 @@ def check_trusted_classes(config: Any, source: str) -> None:
 
 
 def with_atomic_checkpoints(plugins: Any) -> list[Any]:
-    """``plugins`` (None, one or a list) plus an :class:`~srupp_asr.checkpoints.AtomicCheckpointIO` unless they
-    hold a CheckpointIO already."""
+    """``plugins`` (None, one or a list) plus an :class:`~srupp_asr.lightning_checkpoints.AtomicCheckpointIO`
+    unless they hold a CheckpointIO already."""
     from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 
-    from srupp_asr.checkpoints import AtomicCheckpointIO
+    from srupp_asr.lightning_checkpoints import AtomicCheckpointIO
 
     plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
     if not any(isinstance(p, CheckpointIO) for p in plugins):
@@ -270,7 +270,7 @@ def asr_lightning_cli() -> type[LightningCLI]:
     from lightning.pytorch import Trainer
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-    from srupp_asr.checkpoints import model_checkpoint_class
+    from srupp_asr.lightning_checkpoints import ResumableModelCheckpoint
 
     class ASRLightningCLI(LightningCLI):
         """LightningCLI with the tokenizer link, a configurable ModelCheckpoint and default loggers."""
@@ -284,7 +284,7 @@ def asr_lightning_cli() -> type[LightningCLI]:
             """Link data.tokenizer -> model.tokenizer; add the ``checkpoint`` block."""
             _PARSERS.append(parser)  # its option names, for "did you mean" after an unknown option
             parser.link_arguments("data.tokenizer", "model.tokenizer")
-            parser.add_lightning_class_args(model_checkpoint_class(), "checkpoint")
+            parser.add_lightning_class_args(ResumableModelCheckpoint, "checkpoint")
             parser.set_defaults(CHECKPOINT_DEFAULTS)
             parser.link_arguments("trainer.default_root_dir", "checkpoint.dirpath", compute_fn=checkpoint_dir)
             parser.add_argument(
@@ -301,7 +301,7 @@ def asr_lightning_cli() -> type[LightningCLI]:
 
         def instantiate_trainer(self, **kwargs: Any) -> Trainer:
             """The Trainer, with :func:`default_loggers` where the config names no logger and
-            :class:`~srupp_asr.checkpoints.AtomicCheckpointIO` where it names no checkpoint plugin; a
+            :class:`~srupp_asr.lightning_checkpoints.AtomicCheckpointIO` where it names no checkpoint plugin; a
             ``default_root_dir`` that cannot be written, or a value Lightning refuses, is a ConfigValueError."""
             from lightning.fabric.utilities.exceptions import MisconfigurationException
 

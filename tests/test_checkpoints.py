@@ -11,8 +11,9 @@ import textwrap
 import pytest
 import torch
 
-from srupp_asr.checkpoints import PARTIAL_SUFFIX, AtomicCheckpointIO, load_checkpoint
+from srupp_asr.checkpoints import PARTIAL_SUFFIX, load_checkpoint
 from srupp_asr.errors import UserError
+from srupp_asr.lightning_checkpoints import AtomicCheckpointIO
 from tests.helpers import REPO
 
 # ----------------------------------------------------------------------------------------------------
@@ -29,7 +30,7 @@ def test_a_pickled_object_in_a_checkpoint_is_refused(tmp_path):
 WRITE_UNDER_A_FILE_SIZE_LIMIT = textwrap.dedent(
     """
     import resource, signal, sys, torch
-    from srupp_asr.checkpoints import AtomicCheckpointIO
+    from srupp_asr.lightning_checkpoints import AtomicCheckpointIO
     from srupp_asr.errors import UserError
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() fails with EFBIG, as with ENOSPC
     resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))

@@ -311,8 +311,8 @@ def test_the_resumable_checkpoint_callback_keeps_lightnings_state_key_and_pickle
 
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from srupp_asr.checkpoints import model_checkpoint_class
+    from srupp_asr.lightning_checkpoints import ResumableModelCheckpoint
 
-    ours = model_checkpoint_class()(monitor="valid/loss", every_n_train_steps=2)
+    ours = ResumableModelCheckpoint(monitor="valid/loss", every_n_train_steps=2)
     assert ours.state_key == ModelCheckpoint(monitor="valid/loss", every_n_train_steps=2).state_key
-    assert type(pickle.loads(pickle.dumps(ours))) is model_checkpoint_class()
+    assert type(pickle.loads(pickle.dumps(ours))) is ResumableModelCheckpoint

@@ -77,7 +77,7 @@ RESUME_TOTAL_STEPS = 8  # the resumed run crosses into the next epoch
         pytest.param(False, RESUME_KILL_STEP, id="dropout+specaugment"),
         pytest.param(True, RESUME_KILL_STEP, id="dropout+specaugment+speed_perturb"),
         # the checkpoint of an epoch's last batch: Lightning would count the next epoch as done as well
-        # (srupp_asr.checkpoints.prepare_resume)
+        # (srupp_asr.lightning_checkpoints.prepare_resume)
         pytest.param(False, EPOCH_BATCHES, id="after-the-epochs-last-batch"),
     ],
 )

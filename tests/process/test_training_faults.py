@@ -22,8 +22,9 @@ import pytest
 import torch
 
 from srupp_asr import kernels
-from srupp_asr.checkpoints import PARTIAL_SUFFIX, AtomicCheckpointIO, load_checkpoint
+from srupp_asr.checkpoints import PARTIAL_SUFFIX, load_checkpoint
 from srupp_asr.errors import UserError
+from srupp_asr.lightning_checkpoints import AtomicCheckpointIO
 from srupp_asr.train import run_train
 from tests.helpers import REPO
 from tests.process.runs import assert_same_weights, corpus_args, load_weights, srupp_asr_train, train_args

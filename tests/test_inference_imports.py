@@ -1,0 +1,54 @@
+"""What inference imports: ``load_model()``, ``Model.transcribe``, ``srupp-asr transcribe`` and ``evaluate``'s decoding
+load weights with torch alone, never the training stack (Lightning, which pulls in matplotlib and torch._dynamo:
+seconds at every start) nor lhotse. Each check runs in a fresh interpreter: this test process has them loaded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.process  # fresh interpreters, each loading the built-in model
+
+HEAVY = ("lightning", "pytorch_lightning", "matplotlib", "lhotse")
+
+
+def _loaded_after(code: str) -> list[str]:
+    """The HEAVY packages a fresh interpreter has imported after running ``code``."""
+    report = f"\nimport sys\nprint('LOADED', *sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))"
+    out = subprocess.run(
+        [sys.executable, "-c", code + report], capture_output=True, text=True, timeout=300, check=True
+    ).stdout
+    return out.splitlines()[-1].split()[1:]
+
+
+def test_loading_the_model_and_transcribing_import_no_lightning_matplotlib_or_lhotse(tmp_path):
+    wav = tmp_path / "tone.wav"
+    code = f"""
+import numpy as np, soundfile as sf
+import srupp_asr
+from srupp_asr.cli import main
+sf.write({str(wav)!r}, 0.1 * np.sin(np.arange(8000) / 5.0), 16000)
+model = srupp_asr.load_model(device="cpu")
+model.transcribe(np.zeros(8000, np.float32), sample_rate=16000)
+assert main(["transcribe", {str(wav)!r}, "--device", "cpu", "--decoding", "ctc_greedy"]) == 0
+"""
+    assert _loaded_after(code) == []
+
+
+def test_evaluate_decodes_without_lightning(tmp_path):
+    """evaluate reads a lhotse manifest and draws plots (lhotse and matplotlib are its own), but its model loading
+    and decoding are transcribe's: no Lightning."""
+    code = f"""
+import numpy as np, soundfile as sf
+from lhotse import CutSet, Recording, SupervisionSegment
+from srupp_asr.scoring.evaluate import evaluate
+sf.write({str(tmp_path / "a.wav")!r}, np.zeros(8000, np.float32), 16000)
+rec = Recording.from_file({str(tmp_path / "a.wav")!r}, recording_id="a")
+cut = rec.to_cut()
+cut.supervisions = [SupervisionSegment("a", "a", 0.0, rec.duration, text="yes")]
+CutSet.from_cuts([cut]).to_file({str(tmp_path / "cuts.jsonl.gz")!r})
+evaluate(None, {str(tmp_path / "cuts.jsonl.gz")!r}, {str(tmp_path / "out")!r}, decoding="ctc_greedy", device="cpu")
+"""
+    assert "lightning" not in _loaded_after(code)
