@@ -27,15 +27,22 @@ its last weights and is scored on the real dev sets and on the synthetic corpus'
   (as much audio as the words; pauses hold the clips' own room tone) and by silences and noise with empty
   transcripts (:data:`SILENCE_SHARE` of it), the synthetic part by recordings of 2-4 utterances of one voice in a
   row (as much audio as the utterances; pauses of digital silence, as text-to-speech writes them), so that a model
-  fine-tuned on one-second words still hears several words in a long stretch and none in a quiet one.
+  fine-tuned on one-second words still hears several words in a long stretch and none in a quiet one;
+- ``read+real+long+synth``: as ``real+long+synth``, with the real read sentences (:data:`READ_TRAIN`: the ARCTIC
+  train splits, vctk_train, librispeech_pseudo) repeated to half the audio (:data:`READ_SHARE`).
+
+Training transcripts are the words that were said (:func:`spoken_training_text`): numbers and abbreviations spelt
+out as the synthetic corpus's texts are; a machine transcript that cannot be said unambiguously is left out.
 
 The rows (:data:`ABLATION_ROWS`, ``--rows``): the ``real+synth`` baseline and one change each on top of it: the
 training-time channel augmentations of :mod:`srupp_asr.augment` (VTLP, random EQ, codecs), stronger speed and pitch
-perturbation, stronger SpecAugment; and the ``real+long+synth`` mix. Validation (for the logs only; the last
-weights are scored) is the synthetic corpus's dev split. ``--base`` fine-tunes another model directory instead of
-the built-in one (its row comes first); every row is trained before any is scored.
+perturbation, stronger SpecAugment; the ``real+long+synth`` mix; and ``+read``, the read sentences on top of it.
+Validation (the logs, and the checkpoints an ``average`` picks; a row's last weights are scored) is
+:func:`validation_set`: read sentences no row trains on, and some of the other dev sets. ``--base`` fine-tunes
+another model directory instead of the built-in one (its row comes first); every row is trained before any is
+scored.
 
-    python benchmarks/real_speech.py                                  # the built-in model, all four dev sets
+    python benchmarks/real_speech.py                                  # the built-in model, every real dev set
     python benchmarks/real_speech.py --model exp/a/model exp/b/model --sets ljspeech32 fsdd
     python benchmarks/real_speech.py --ablation --synth exp/real_ablation/synth --steps 35
     python benchmarks/real_speech.py --ablation --synth DIR --base MODEL_DIR --rows +long/silence --max-minutes 45
@@ -54,7 +61,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REAL_DEV = ROOT.parent / "shared" / "data" / "real_en"
 # The real dev sets: folder under --real-dev (each holds manifest.tsv and audio/), in the order the table shows.
-REAL_SETS = ("ljspeech32", "pocketsphinx_testdata", "fsdd", "speech_commands")
+# vctk_dev's voices are in no train split; the ARCTIC dev splits hold other prompts than their train splits.
+REAL_SETS = ("ljspeech32", "pocketsphinx_testdata", "vctk_dev", "arctic_cathy", "arctic_axb", "fsdd", "speech_commands")
+# Real read sentences to train on (their train splits; vctk_train and librispeech_pseudo have no other split).
+READ_TRAIN = ("arctic_cathy", "arctic_axb", "vctk_train", "librispeech_pseudo")
+# Sets whose transcripts a machine wrote (whisper tiny.en): a row whose words cannot be said unambiguously is left
+# out of training rather than kept as written. Never scored against.
+MACHINE_TRANSCRIBED = frozenset({"librispeech_pseudo"})
 POCKETSPHINX_DECODE = ROOT / "recipes" / "synth_en" / "local" / "pocketsphinx_decode.py"
 
 
@@ -77,7 +90,7 @@ def skip_note(what: str) -> str:
 def import_real_sets(real_dev: Path, out_dir: Path, sets: tuple[str, ...] = REAL_SETS) -> dict[str, dict[str, Path]]:
     """Import each set's ``manifest.tsv`` with the table importer into ``out_dir/<set>/<split>_cuts.jsonl.gz`` (kept
     when newer than the table); returns {set: {split: manifest}}. A row that does not import is an error: these
-    tables are known good."""
+    tables are known good. Train splits carry the words that were said (:func:`spoken_training_text`)."""
     from srupp_asr.errors import UserError
     from srupp_asr.prepare import import_table, save_splits
 
@@ -92,9 +105,32 @@ def import_real_sets(real_dev: Path, out_dir: Path, sets: tuple[str, ...] = REAL
         splits = import_table(table, problems)
         if problems:
             raise UserError(f"{real_dev / name}: {len(problems)} rows did not import; the first: {problems[0]}")
+        if "train" in splits:
+            splits["train"] = spoken_training_text(splits["train"], machine=name in MACHINE_TRANSCRIBED)
         paths = save_splits(splits, out_dir / name)
         manifests[name] = dict(zip(splits, paths, strict=True))
     return manifests
+
+
+def spoken_training_text(cuts, machine: bool = False):
+    """``cuts`` with each transcript as the words that were said (:func:`srupp_asr.synth.verbalize.
+    verbalize_transcript`: numbers and abbreviations spelt out, then the training normalisation). A transcript it
+    cannot say keeps its own words when people wrote it; a ``machine`` transcript is left out with its cut."""
+    from lhotse import CutSet
+    from lhotse.utils import fastcopy
+
+    from srupp_asr.synth.verbalize import verbalize_transcript
+
+    kept = []
+    for cut in cuts:
+        texts = [verbalize_transcript(s.text or "") for s in cut.supervisions]
+        if machine and any(t is None for t in texts):
+            continue
+        supervisions = [
+            fastcopy(s, text=s.text if t is None else t) for s, t in zip(cut.supervisions, texts, strict=True)
+        ]
+        kept.append(fastcopy(cut, supervisions=supervisions))
+    return CutSet.from_cuts(kept)
 
 
 def score_model(
@@ -185,7 +221,10 @@ def real_dev_table(
 
 
 # The ablation's training mixes (see the module docstring).
-MIXES = ("real", "real+synth", "real+long+synth")
+MIXES = ("real", "real+synth", "real+long+synth", "read+real+long+synth")
+# ``read+real+long+synth``: the real read sentences (:data:`READ_TRAIN`) repeated to this share of the mix's audio,
+# the rest ``real+long+synth`` (words, strung words and silences; synthetic speech) in its own proportions.
+READ_SHARE = 0.5
 # ``real+long+synth``: the real words also strung into sequences (:func:`sequences`, as much audio as the words
 # themselves) and silences with empty transcripts (:func:`silences`, this share of the real words' audio), so that
 # a model trained on one-second words still expects several words in a long stretch and none in a quiet one.
@@ -237,23 +276,53 @@ ABLATION_ROWS = (
         "real words strung into 2-8-word recordings, silences with empty transcripts, synthetic utterances in a row",
     ),
     AblationRow(
+        "+read",
+        "read+real+long+synth",
+        (
+            "--data.speed_perturb",
+            "[0.9,1.0,1.1]",
+            *_augment(vtlp_prob=0.4, eq_prob=0.3),
+            "--trainer.val_check_interval",
+            "150",
+        ),
+        "real read sentences (ARCTIC, VCTK, LibriSpeech clips) as half the audio, VTLP and EQ on some cuts",
+    ),
+    AblationRow(
         "+specaugment",
         "real+synth",
         ("--model.specaugment", json.dumps({"freq_masks": 4, "time_width_ratio": 0.1})),
         "SpecAugment: 4 frequency masks (was 2), time masks up to 10% of T (was 5%)",
     ),
 )
-DEFAULT_ROWS = tuple(row.name for row in ABLATION_ROWS if row.name != "real")
+# The one-change rows (``real`` and ``+read``, which changes the data and the augmentation at once, on request).
+DEFAULT_ROWS = tuple(row.name for row in ABLATION_ROWS if row.name not in ("real", "+read"))
 SYNTH_TESTS = ("test_seen", "test_unseen")
 
 
-def training_mix(mix: str, real_train: list[Path], synth_train: Path | None, out: Path, seed: int = 0) -> Path:
+def training_mix(
+    mix: str, real_train: list[Path], synth_train: Path | None, out: Path, seed: int = 0, read_train: list[Path] = ()
+) -> Path:
     """Write the cut manifest of the training mix ``mix`` (one of :data:`MIXES`) to ``out``; returns it. The
-    ``+long`` mix writes its made recordings beside ``out`` (``out``'s stem + ``_made/``)."""
+    ``+long`` mixes write their made recordings beside ``out`` (``out``'s stem + ``_made/``); the ``read+`` mix
+    needs ``read_train``, the read sentences' manifests."""
     from lhotse import CutSet
 
     from srupp_asr.manifest import load_cuts, save_cuts
 
+    if mix.startswith("read+"):
+        if not read_train:
+            raise ValueError(f"mix {mix!r} needs read_train manifests")
+        rest = training_mix(mix.removeprefix("read+"), real_train, synth_train, out.with_name("rest_" + out.name), seed)
+        read = [load_cuts(path) for path in read_train]
+        read = CutSet.mux(*read, weights=[len(c) for c in read], seed=seed).to_eager()
+        others = load_cuts(rest).to_eager()
+        others_seconds, read_seconds = sum(c.duration for c in others), sum(c.duration for c in read)
+        times = max(1, round(READ_SHARE / (1 - READ_SHARE) * others_seconds / read_seconds))
+        read = read.repeat(times) if times > 1 else read
+        # Weighted by cut counts, so that both run out together: the shares hold all the way through training.
+        mixed = CutSet.mux(read, others, weights=[len(read), len(others)], seed=seed)
+        save_cuts(mixed, out)
+        return out
     real = [load_cuts(path) for path in real_train]
     sets = [CutSet.mux(*real, weights=[len(c) for c in real], seed=seed)] if len(real) > 1 else real
     if mix == "real+long+synth":
@@ -446,9 +515,12 @@ def ablation(
     says how many it made)."""
     from srupp_asr.inputs import default_model_dir
 
-    manifests = import_real_sets(real_dev, work / "manifests", tuple(dict.fromkeys([*sets, "speech_commands", "fsdd"])))
+    wanted = tuple(dict.fromkeys([*sets, "speech_commands", "fsdd", *READ_TRAIN]))
+    manifests = import_real_sets(real_dev, work / "manifests", wanted)
     real_train = [manifests[name]["train"] for name in ("speech_commands", "fsdd")]
+    read_train = [manifests[name]["train"] for name in READ_TRAIN]
     synth_manifests = synth / "manifests"
+    valid = validation_set(manifests, synth_manifests / "dev_cuts.jsonl.gz", work / "valid_cuts.jsonl.gz")
     tests = {f"synth {t}": synth_manifests / f"{t}_cuts.jsonl.gz" for t in SYNTH_TESTS}
     scored = {name: manifests[name]["dev"] for name in sets} | {k: v for k, v in tests.items() if v.is_file()}
     base_label = "built-in" if base is None else _slug(base.name)
@@ -464,9 +536,8 @@ def ablation(
     for row in (by_name[name] for name in rows):
         mix = work / f"mix_{row.mix}.jsonl.gz"
         if not mix.is_file():
-            training_mix(row.mix, real_train, synth_manifests / "train_cuts.jsonl.gz", mix)
+            training_mix(row.mix, real_train, synth_manifests / "train_cuts.jsonl.gz", mix, read_train=read_train)
         folder = f"steps{steps}_{_slug(row.name)}" + (f"_from_{base_label}" if base_label != "built-in" else "")
-        valid = synth_manifests / "dev_cuts.jsonl.gz"
         model, minutes = fine_tune(mix, valid, work / folder, steps, base, row.args, max_minutes)
         models.append((row.name, row.change, model, folder, trained_steps(work / folder)[0], minutes))
     for label, change, model, folder, done, minutes in models:
@@ -480,6 +551,27 @@ def ablation(
         lines.append(f"| {label} | {change} | {counts} | {train} | " + " | ".join(cells) + " |")
         print(lines[-1], file=sys.stderr, flush=True)
     return lines
+
+
+# The validation set of the ablation's rows (the loss that picks the checkpoints to average): the real read
+# sentences' dev sets that no row trains on (vctk_dev's voices, the ARCTIC dev prompts) and this many utterances each
+# of the synthetic dev split and the Speech Commands and FSDD dev splits.
+VALID_SETS = ("vctk_dev", "arctic_cathy", "arctic_axb")
+VALID_OTHERS = 100
+
+
+def validation_set(manifests: dict[str, dict[str, Path]], synth_dev: Path, out: Path) -> Path:
+    """Write the ablation's validation manifest (:data:`VALID_SETS`, then :data:`VALID_OTHERS` utterances of each
+    other dev set) to ``out``; returns it."""
+    from lhotse import CutSet
+
+    from srupp_asr.manifest import load_cuts, save_cuts
+
+    parts = [load_cuts(manifests[name]["dev"]) for name in VALID_SETS if name in manifests]
+    others = [manifests[name]["dev"] for name in ("speech_commands", "fsdd") if name in manifests]
+    parts += [load_cuts(path).subset(first=VALID_OTHERS) for path in [synth_dev, *others] if Path(path).is_file()]
+    save_cuts(CutSet.from_cuts(cut for part in parts for cut in part), out)
+    return out
 
 
 def _slug(name: str) -> str:

@@ -288,7 +288,10 @@ def test_each_ablation_row_trains_a_fixed_number_of_steps_with_one_change(rs, tm
         assert options["--model.init_from"] == str(base)
         if "--data.channel_augment" in options:  # a setting training accepts, with one step switched on
             augment = ChannelAugment.from_config(json.loads(options["--data.channel_augment"]))
-            assert sum(p > 0 for p in (augment.pitch_prob, augment.vtlp_prob, augment.eq_prob, augment.codec_prob)) == 1
+            switched_on = sum(
+                p > 0 for p in (augment.pitch_prob, augment.vtlp_prob, augment.eq_prob, augment.codec_prob)
+            )
+            assert switched_on == (2 if name == "+read" else 1)  # +read: VTLP and EQ, the built-in model's recipe
         commands[name] = cmd
     baseline = commands["real+synth"]
     for name in rs.DEFAULT_ROWS:
@@ -298,3 +301,63 @@ def test_each_ablation_row_trains_a_fixed_number_of_steps_with_one_change(rs, tm
         elif name != "real+synth":  # the baseline's command plus this row's own arguments, nothing else
             extra = [a for a in commands[name] if a not in baseline and not a.startswith(str(tmp_path))]
             assert extra == [a for a in rows[name].args if a not in baseline] and extra
+
+
+def test_training_transcripts_are_the_spoken_words_and_unsayable_machine_ones_are_left_out(rs, tmp_path):
+    from srupp_asr.manifest import cut_text
+    from srupp_asr.prepare import import_table
+    from tests.helpers import write_tone
+
+    texts = ["Chapter 1. Mrs. Linde paid $5.", "Patrick D.C. came.", "plain words"]
+    for k in range(3):
+        write_tone(tmp_path / f"u{k}.wav", 0.5)
+    (tmp_path / "t.tsv").write_text("path\ttext\n" + "".join(f"u{k}.wav\t{t}\n" for k, t in enumerate(texts)))
+    cuts = import_table(tmp_path / "t.tsv")["all"]
+    people = {c.id: cut_text(c) for c in rs.spoken_training_text(cuts)}
+    assert people == {
+        "u0": "chapter one missus linde paid five dollars",
+        "u1": "patrick d c came",  # its own words (cut_text normalises)
+        "u2": "plain words",
+    }
+    machine = {c.id: cut_text(c) for c in rs.spoken_training_text(cuts, machine=True)}
+    assert machine == {"u0": "chapter one missus linde paid five dollars", "u2": "plain words"}  # u1 is a guess
+
+
+def test_the_read_mix_gives_half_its_audio_to_read_sentences_and_keeps_the_rest(rs, tmp_path):
+    from srupp_asr.prepare import import_table, save_splits
+    from tests.helpers import write_tone
+
+    def corpus(name: str, count: int, seconds: float) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        for k in range(count):
+            write_tone(folder / f"{name}{k}.wav", seconds)
+        (folder / "t.tsv").write_text("path\ttext\n" + "".join(f"{name}{k}.wav\tword\n" for k in range(count)))
+        (path,) = save_splits(import_table(folder / "t.tsv"), folder)
+        return path
+
+    words, synth = corpus("words", 6, 1.0), corpus("synth", 2, 1.5)
+    read_a, read_b = corpus("reada", 2, 1.5), corpus("readb", 1, 1.0)
+    rest = load_cuts(rs.training_mix("real+synth", [words], synth, tmp_path / "rest.jsonl.gz"))
+    out = tmp_path / "mix.jsonl.gz"
+    mixed = list(load_cuts(rs.training_mix("read+real+synth", [words], synth, out, read_train=[read_a, read_b])))
+    read = [c for c in mixed if c.id.startswith("read")]
+    assert sorted(c.id for c in mixed if not c.id.startswith("read")) == sorted(c.id for c in rest)
+    rest_seconds, read_once = sum(c.duration for c in rest), 4.0
+    times = round(rs.READ_SHARE / (1 - rs.READ_SHARE) * rest_seconds / read_once)
+    assert times == 3 and sum(c.duration for c in read) == pytest.approx(times * read_once)  # 12 s of 24 s
+    assert {c.id.split("_repeat")[0] for c in read} == {"reada0", "reada1", "readb0"}
+    first_half = mixed[: len(mixed) // 2]  # interleaved by counts: read sentences all the way through
+    assert 0.25 < sum(c.id.startswith("read") for c in first_half) / len(first_half) < 0.75
+    with pytest.raises(ValueError, match="needs read_train"):
+        rs.training_mix("read+real+synth", [words], synth, tmp_path / "x.jsonl.gz")
+
+
+@needs_real
+def test_the_validation_set_is_unseen_read_speech_and_some_of_every_other_dev_set(rs, tmp_path):
+    sets = ("vctk_dev", "pocketsphinx_testdata")
+    manifests = rs.import_real_sets(REAL_DEV, tmp_path / "m", sets)
+    manifests["fsdd"] = manifests.pop("pocketsphinx_testdata")  # 10 utterances standing in for a dev set
+    valid = load_cuts(rs.validation_set(manifests, tmp_path / "absent.jsonl.gz", tmp_path / "valid.jsonl.gz"))
+    vctk = {c.id for c in load_cuts(manifests["vctk_dev"]["dev"])}
+    assert len(vctk) == 68 and vctk <= {c.id for c in valid} and len(valid) == 68 + 10

@@ -27,7 +27,14 @@ from srupp_asr.synth.augment import colored_noise, draw_variation, room_impulse_
 from srupp_asr.synth.corpus import build_corpus, plan_corpus, select_voices
 from srupp_asr.synth.splits import split_voices
 from srupp_asr.synth.texts import collect_sentences, filter_sentences, split_sentences
-from srupp_asr.synth.verbalize import number_words, ordinal_words, verbalize, year_words
+from srupp_asr.synth.verbalize import (
+    number_words,
+    ordinal_words,
+    roman_value,
+    verbalize,
+    verbalize_transcript,
+    year_words,
+)
 from srupp_asr.synth.voices import VOICES, VOICES_BY_NAME, Voice, voice_problem
 from srupp_asr.text import normalize_text
 from tests.helpers import one_line_error
@@ -138,6 +145,36 @@ def test_verbalize_spells_out_numbers_and_symbols(written, spoken):
 )
 def test_verbalize_drops_what_it_cannot_say(written):
     assert verbalize(written) is None
+
+
+@pytest.mark.parametrize(
+    ("written", "spoken"),
+    [  # machine transcripts as whisper writes them (librispeech_pseudo), and the words that were said
+        ("Chapter 1. Mrs. Rachel Linde is surprised.", "chapter one missus rachel linde is surprised"),
+        ("CHAPTER XXII As Bibs came out of the house.", "chapter twenty two as bibs came out of the house"),
+        ("CHAPTER 23 It was eight o'clock.", "chapter twenty three it was eight o'clock"),
+        ("Book iv. The end.", "book four the end"),
+        ("CHAPTER I. I was late.", "chapter one i was late"),
+        (
+            "They had counted 500, then 2,000 feet in 1921.",
+            "they had counted five hundred then two thousand feet in nineteen twenty one",
+        ),
+        ("Dr. Smith met Ms. Stackpole.", "doctor smith met miz stackpole"),
+        ("Author of the danger trail, Philip Steels, etc.", "author of the danger trail philip steels et cetera"),
+    ],
+)
+def test_verbalize_transcript_gives_the_spoken_words_normalised(written, spoken):
+    assert verbalize_transcript(written) == spoken
+
+
+@pytest.mark.parametrize("written", ["Patrick D.C. described himself.", "Once, St. Nicholas came.", "The NAS Road."])
+def test_verbalize_transcript_gives_none_where_the_words_are_ambiguous(written):
+    assert verbalize_transcript(written) is None
+
+
+def test_roman_values_of_well_formed_numerals_only():
+    assert [roman_value(n) for n in ("I", "iv", "IX", "XXII", "XLIX", "MCMXC")] == [1, 4, 9, 22, 49, 1990]
+    assert roman_value("IIII") is None and roman_value("VX") is None and roman_value("") is None
 
 
 # --- sentences ----------------------------------------------------------------------------------------------

@@ -378,3 +378,40 @@ def verbalize(sentence: str) -> str | None:
     for word in shouted:  # shouted words ("DON'T PANIC") are said as words
         text = re.sub(rf"\b{re.escape(word)}\b", word.lower(), text)
     return _words_and_pauses(text)
+
+
+# A heading word and its number, as people write chapter titles ("CHAPTER XXII", "Book IV", "CHAPTER 23"): the
+# word in lower case (a capitalised one reads as an acronym), a Roman numeral as a number.
+_HEADING = re.compile(r"\b(chapter|book|part|volume|section)\s+([MDCLXVI]+|\d+)\b(\.?)", re.IGNORECASE)
+_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+
+
+def roman_value(numeral: str) -> int | None:
+    """The value of a well-formed Roman numeral (``"XXII"`` -> 22), or None."""
+    numeral = numeral.upper()
+    if not numeral or not (_ROMAN.match(numeral) or numeral in ("I", "V", "X", "L", "C", "D", "M")):
+        return None
+    values = [_ROMAN_VALUES[c] for c in numeral]
+    return sum(-v if i + 1 < len(values) and v < values[i + 1] else v for i, v in enumerate(values))
+
+
+def verbalize_transcript(text: str) -> str | None:
+    """A transcript written as people write it (a machine transcript: "Chapter 1. Mrs. Linde paid $5."), as the
+    words that were said, normalised as training targets are ("chapter one missus linde paid five dollars"); None
+    when :func:`verbalize` cannot say it unambiguously, so that a training set drops it rather than learn a guess.
+
+    Beyond :func:`verbalize`: a heading word and its number ("CHAPTER XXII", "CHAPTER 23") read as a word and a
+    number, and "Ms." as "miz"."""
+    from srupp_asr.text import normalize_text
+
+    def heading(match: re.Match) -> str:
+        word, number, period = match.groups()
+        if number in ("I", "i") and not period and not word.isupper():
+            return match.group(0)  # "the part I liked", "a book I read": the pronoun
+        value = int(number) if number.isdigit() else roman_value(number)
+        return match.group(0) if value is None else f"{word.capitalize()} {number_words(value)}{period}"
+
+    text = _HEADING.sub(heading, text)
+    text = re.sub(r"(?<![\w.])Ms\.(?=\s)", "Miz", text)
+    spoken = verbalize(text)
+    return None if spoken is None else normalize_text(spoken)
