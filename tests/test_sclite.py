@@ -207,3 +207,22 @@ def test_same_numbers_as_installed_sclite_on_own_input(tmp_path: Path) -> None:
     sclite.main([*args, "-O", str(tmp_path / "ours"), "-n", "x"])
     want = table_rows((tmp_path / "peer" / "x.sys").read_text())
     assert table_rows((tmp_path / "ours" / "x.sys").read_text()) == want
+
+
+def test_tedlium_stage_scores_talk_ctm_against_stm(tmp_path: Path) -> None:
+    """recipes/tedlium3 stage 9: transcribe's JSON -> CTM (write_ctm) scored against an STM by sclite."""
+    import json
+
+    from srupp_asr.scoring.talks import write_ctm
+
+    words = [{"word": w, "start": s, "end": s + 0.3} for w, s in (("hello", 1.0), ("word", 1.5), ("noise", 4.0))]
+    (tmp_path / "talks").mkdir()
+    (tmp_path / "talks" / "TalkA.json").write_text(json.dumps({"segments": [{"words": words}]}))
+    write_ctm(tmp_path / "talks", tmp_path / "hyp.ctm")
+    (tmp_path / "ref.stm").write_text(
+        "TalkA 1 TalkA 0.5 2.5 <o,f0,male> hello world\nTalkA 1 inter_segment_gap 3.5 5.0 <o,,unknown> "
+        "ignore_time_segment_in_scoring\n"
+    )
+    opts = sclite.parse_args(["-r", str(tmp_path / "ref.stm"), "stm", "-h", str(tmp_path / "hyp.ctm"), "ctm"])
+    utts = sclite.sclite(opts)
+    assert [(u.utt_id, u.alignment.ops) for u in utts] == [("talka-000", "CS")]

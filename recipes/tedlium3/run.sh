@@ -133,8 +133,13 @@ if runs 9; then
         --device "$device" --max-chunk-seconds "$longform_max_seconds" -f json -o "$out/transcripts" -q
       srupp corpus score-talks "$manifests/${set}_talks_cuts.jsonl.gz" "$out/transcripts" --out-dir "$out" \
         --name "${set}_talks"
+      # The official way: sclite's time-mediated scoring of a CTM against the corpus' STM files.
+      "$py" -c 'import sys; from srupp_asr.scoring.talks import write_ctm; write_ctm(sys.argv[1], sys.argv[2])' \
+        "$out/transcripts" "$out/hyp.ctm"
+      cat "$corpus_dir/legacy/$set/stm/"*.stm | grep -v '^;;' | sort -k1,1 -k2,2 -k4,4n > "$out/ref.stm"
+      srupp sclite -r "$out/ref.stm" stm -h "$out/hyp.ctm" ctm -o sum rsum pralign -O "$out" -n sclite -f 0
       mkdir -p "$out" && touch "$out/.scored"
-      log 9 "wrote $out (whole-talk transcripts in transcripts/, results.md, results.json, report.html)"
+      log 9 "wrote $out (whole-talk transcripts in transcripts/, results.md, results.json, report.html; sclite.sys/.raw/.pra)"
     done
   done
 fi

@@ -19,6 +19,7 @@ from pathlib import Path
 from lhotse.cut import Cut
 
 from srupp_asr.errors import UserError
+from srupp_asr.fileio import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -144,3 +145,24 @@ def score_talks_command(args: argparse.Namespace) -> int:
         return 1
     print_summary(result, name, args.out_dir, args.transcripts)
     return 0
+
+
+def ctm_lines(transcript: dict, recording: str, channel: str = "1") -> list[str]:
+    """CTM lines (``REC CHANNEL START DURATION WORD``) of a ``transcribe`` JSON transcript's word timings, for
+    ``srupp-asr sclite -r STM stm -h CTM ctm`` (a segment without word timings is one timed token)."""
+    out = []
+    for segment in transcript.get("segments", []):
+        for word in segment.get("words") or [{"word": segment.get("text", ""), **segment}]:
+            for token in word["word"].split():
+                out.append(f"{recording} {channel} {word['start']:.2f} {word['end'] - word['start']:.2f} {token}\n")
+    return out
+
+
+def write_ctm(transcripts: str | os.PathLike, out: str | os.PathLike, channel: str = "1") -> Path:
+    """One CTM file of all ``*.json`` transcripts in a folder (recording = file stem, sorted), atomically."""
+    files = sorted(Path(transcripts).glob("*.json"))
+    if not files:
+        raise UserError(f"{transcripts}: no *.json transcripts (transcribe -f json)")
+    lines = [line for f in files for line in ctm_lines(json.loads(f.read_text(encoding="utf-8")), f.stem, channel)]
+    atomic_write_text(out, "".join(lines))
+    return Path(out)

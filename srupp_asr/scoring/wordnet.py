@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 NULL_WORD = "@"
 _TOKEN = re.compile(r"[{}]|[^\s{}]+")
 _TAG_SPLIT = re.compile(r"(?<!\\);")
+_MARKS = re.compile(r"[{}()@;*]")  # a transcript without these is a chain of plain words
+_FRAGMENT_MARKS = re.compile(r"[{}()@;*-]")
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,11 @@ def parse_tokens(text: str) -> list[str]:
 
 def build_net(text: str, optional: bool = False, fragments: bool = False, chars: CharMode | None = None) -> WordNet:
     """The network of one transcript (already case-folded), decoding ``-D``/``-F``/``-c`` as sclite does."""
+    if chars is None and not (_FRAGMENT_MARKS if fragments else _MARKS).search(text):
+        # Plain words only (most transcripts): a chain, built without parsing.
+        words = [Word(w, w) for w in text.split()]
+        n = len(words)
+        return WordNet(words, list(range(n)), list(range(1, n + 1)), n, n + 1)
     tokens = parse_tokens(text)
     net = WordNet()
     seq, _ = _parse_seq(tokens, 0)
