@@ -1,5 +1,11 @@
-"""Writing files atomically: a crash or an error leaves either the old file or the new one, never half (a whole
-directory is swapped in with :func:`replace_dir`)."""
+"""Reading and writing files safely.
+
+Writing is atomic: a crash or an error leaves either the old file or the new one, never half (a set of files with
+:func:`write_files_together`, a whole directory with :func:`replace_dir`). Reading goes through one bounded,
+type-checked reader (:func:`read_bytes`, and :func:`read_text`, :func:`read_lines`, :func:`read_yaml_mapping` on
+it): a named pipe, a device (``/dev/zero``) or a folder where a file is expected is one line saying what it is, and
+no file is read past its bound (:data:`MAX_CONFIG_BYTES`, :data:`MAX_TOKENIZER_BYTES`, :data:`MAX_LIST_BYTES`), so
+a hostile model directory or table can neither hang a command nor exhaust its memory."""
 
 from __future__ import annotations
 
@@ -17,13 +23,17 @@ import stat
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from srupp_asr.errors import UserError
 
-MAX_LIST_BYTES = 256 * 2**20  # the most of an ``@LIST`` file read (about 2.5 million paths of 100 bytes)
+MAX_LIST_BYTES = 256 * 2**20  # the most of an ``@LIST`` file, a table or a transcript read (2.5 million 100-byte lines)
+# The most of a YAML or JSON config (a model's or an LM's config.yaml, a weights index, ``train --config``) read: a
+# real one holds kilobytes, and PyYAML takes some hundred bytes of memory per byte of a crafted one.
+MAX_CONFIG_BYTES = 4 * 2**20
+MAX_TOKENIZER_BYTES = 64 * 2**20  # the most of a sentencepiece model read (1 million pieces take about 20 MiB)
 MAX_TEMP_FORMAT_SUFFIX = 32  # bytes of a name's format suffix kept in its temporary name (``.jsonl.gz``: 9)
 # Temporary files and folders are named ``.<host>-<pid>-<random>...``: the writer is known, so a later run can
 # remove what a writer that was killed (``kill -9``, power loss) left behind, and nothing a live writer holds.
@@ -239,38 +249,89 @@ def file_kind(mode: int) -> str:
     return "a socket" if stat.S_ISSOCK(mode) else "not a plain file"
 
 
+def _kind_problem(path: str | os.PathLike, mode: int, what: str) -> UserError | None:
+    """The one-line error for a ``path`` of ``mode`` where a regular file (a ``what``) is expected, or None."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return UserError(f"{path}: is a directory, not {_a(what)}")
+    return UserError(f"{path}: {what} is not a regular file ({file_kind(mode)}; save it to a file)")
+
+
+def _a(what: str) -> str:
+    """``what`` with its indefinite article (``a config file``, ``an audio file``)."""
+    return f"{'an' if what[:1] in 'aeiou' else 'a'} {what}"
+
+
+def _os_problem(path: str | os.PathLike, err: OSError, what: str) -> UserError:
+    """The one-line error for an OSError met opening or reading ``path``."""
+    if isinstance(err, FileNotFoundError):
+        return UserError(f"{path}: {what} not found")
+    if isinstance(err, IsADirectoryError):
+        return UserError(f"{path}: is a directory, not {_a(what)}")
+    return UserError(f"{path}: cannot read {what} ({err.strerror or err})")
+
+
 def check_regular_file(path: str | os.PathLike, what: str = "file") -> None:
     """A one-line UserError naming ``path`` unless it is a regular file (symbolic links followed). Checked
     without opening it: opening a named pipe waits for a writer, for ever if none comes, and a device such as
     ``/dev/zero`` never ends."""
     try:
         info = os.stat(path)
-    except FileNotFoundError:
-        raise UserError(f"{path}: {what} not found") from None
     except OSError as err:
-        raise UserError(f"{path}: cannot read {what} ({err.strerror or err})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise UserError(f"{path}: is a directory, not a {what}")
-    if not stat.S_ISREG(info.st_mode):
-        raise UserError(f"{path}: {what} is not a regular file ({file_kind(info.st_mode)}; save it to a file)")
+        raise _os_problem(path, err, what) from None
+    problem = _kind_problem(path, info.st_mode, what)
+    if problem is not None:
+        raise problem
 
 
-def read_text(path: str | os.PathLike, what: str = "file") -> str:
-    """Read a UTF-8 text file; every problem is a one-line UserError naming ``path``."""
+def read_bytes(
+    path: str | os.PathLike, what: str = "file", max_bytes: int = MAX_CONFIG_BYTES, streams: bool = False
+) -> bytes:
+    """The bytes of ``path``, the one way this package reads a small file whole; every problem is a one-line
+    UserError naming ``path`` and what is wrong.
+
+    It must be a regular file (links followed): a named pipe, a device or a folder is refused as what it is, after
+    opening without blocking (a pipe with no writer would wait for ever) and checking the open file itself (no
+    swap between a check and the read). ``streams`` also allows pipes and devices (``@<(find ...)``, ``@/dev/stdin``),
+    read blocking. At most ``max_bytes`` are read: a larger file (a sparse one too) is refused before reading, an
+    endless stream once the bound is passed."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (0 if streams else getattr(os, "O_NONBLOCK", 0))
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: {what} not found") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a {what}") from None
+        fd = os.open(path, flags)
     except OSError as err:
-        raise UserError(f"{path}: cannot read {what} ({err.strerror or err})") from None
+        raise _os_problem(path, err, what) from None
+    too_big = UserError(f"{path}: {what} holds more than {max_bytes / 2**20:g} MiB (the most this reads)")
+    info = os.fstat(fd)
+    problem = None if streams and not stat.S_ISDIR(info.st_mode) else _kind_problem(path, info.st_mode, what)
+    if problem is None and stat.S_ISREG(info.st_mode) and info.st_size > max_bytes:
+        problem = too_big
+    if problem is not None:
+        os.close(fd)
+        raise problem
+    with open(fd, "rb", closefd=True) as f:
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as err:
+            raise _os_problem(path, err, what) from None
+    if len(data) > max_bytes:
+        raise too_big
+    return data
+
+
+def read_text(
+    path: str | os.PathLike, what: str = "file", max_bytes: int = MAX_LIST_BYTES, streams: bool = False
+) -> str:
+    """A UTF-8 text file read with :func:`read_bytes`; every problem is a one-line UserError naming ``path``."""
+    raw = read_bytes(path, what, max_bytes, streams)
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise UserError(f"{path}: {what} is not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
 def read_lines(
-    path: str | os.PathLike, what: str = "file", max_bytes: int | None = None, max_line_chars: int | None = None
+    path: str | os.PathLike, what: str = "file", max_bytes: int = MAX_LIST_BYTES, max_line_chars: int | None = None
 ) -> list[str]:
     """The lines of a UTF-8 text file, as Kaldi, NeMo, sclite and shells read them: a byte-order mark at the start
     (Windows editors write one) is not text, and lines end at ``\\n`` or ``\\r\\n`` only (``str.splitlines``
@@ -278,30 +339,10 @@ def read_lines(
     file names may hold). A last line ending in a newline adds no empty line after it. Every problem is a one-line
     UserError naming ``path``; bytes that are not UTF-8 name their line too.
 
-    ``max_bytes`` bounds what is read (a file holding more is a UserError, read no further): with it a pipe
-    (``@<(find ...)``) may be read, and an endless one (``/dev/zero``) ends at the bound instead of in a
-    MemoryError. ``max_line_chars`` bounds each line (a longer one is a UserError naming its line)."""
-    try:
-        if max_bytes is None:
-            raw = Path(path).read_bytes()
-        else:
-            with open(path, "rb") as f:
-                raw = f.read(max_bytes + 1)
-    except OSError:
-        read_text(path, what)  # raises the one-line error that says what is wrong
-        raise
-    if max_bytes is not None and len(raw) > max_bytes:
-        raise UserError(f"{path}: {what} holds more than {max_bytes / 2**20:g} MiB (the most this reads)")
-    start = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
-    try:
-        text = raw[start:].decode("utf-8")
-    except UnicodeDecodeError as err:
-        at = start + err.start
-        line = raw.count(b"\n", 0, at) + 1
-        raise UserError(f"{path}:{line}: {what} is not UTF-8 text ({err.reason} at byte {at})") from None
-    lines = text.replace("\r\n", "\n").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    Read with :func:`read_bytes` (``streams``: a pipe such as ``@<(find ...)`` may be read), at most ``max_bytes``
+    (an endless stream such as ``/dev/zero`` ends at the bound). ``max_line_chars`` bounds each line (a longer one
+    is a UserError naming its line)."""
+    lines = split_lines(decode_text(read_bytes(path, what, max_bytes, streams=True), path, what))
     if max_line_chars is not None:
         for number, line in enumerate(lines, start=1):
             if len(line) > max_line_chars:
@@ -312,12 +353,38 @@ def read_lines(
     return lines
 
 
+def decode_text(raw: bytes, path: str | os.PathLike, what: str = "file") -> str:
+    """``raw`` as UTF-8 text without a leading byte-order mark (Windows editors write one); bytes that are not UTF-8
+    are a one-line UserError naming ``path`` and their line."""
+    start = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return raw[start:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        at = start + err.start
+        line = raw.count(b"\n", 0, at) + 1
+        raise UserError(f"{path}:{line}: {what} is not UTF-8 text ({err.reason} at byte {at})") from None
+
+
+def split_lines(text: str) -> list[str]:
+    """``text``'s lines, ending at ``\\n`` or ``\\r\\n`` only; a last newline adds no empty line."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def is_inside(path: str | os.PathLike, roots: Sequence[Path]) -> bool:
+    """Whether ``path``, symbolic links resolved, lies in one of the folders ``roots`` (themselves resolved)."""
+    real = Path(os.path.realpath(path))
+    return any(real == root or root in real.parents for root in roots)
+
+
 def read_yaml_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
     """Read a YAML file that must hold a mapping; every problem is a one-line UserError naming ``path``."""
     import yaml
 
     try:
-        data = yaml.safe_load(read_text(path, what))
+        data = yaml.safe_load(read_text(path, what, MAX_CONFIG_BYTES))
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""

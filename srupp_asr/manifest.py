@@ -40,7 +40,7 @@ from lhotse.utils import fastcopy
 
 from srupp_asr.audio import resampling_rate
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import atomic_output, check_regular_file, file_kind
+from srupp_asr.fileio import atomic_output, check_regular_file, file_kind, is_inside
 from srupp_asr.text import normalize_text
 
 CUT_SUFFIXES = (".jsonl.gz", ".jsonl")  # the manifests read and written line by line
@@ -70,11 +70,6 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _inside(path: str, roots: Sequence[Path]) -> bool:
-    real = Path(os.path.realpath(path))
-    return any(real == root or root in real.parents for root in roots)
 
 
 class _Checker:
@@ -200,7 +195,7 @@ class _Checker:
         if kind == "file":
             if not isinstance(where, str) or not where:
                 return "a file source needs a 'source' path"
-            if self.roots is not None and not _inside(where, self.roots):
+            if self.roots is not None and not is_inside(where, self.roots):
                 roots = ", ".join(str(r) for r in self.roots)
                 return f"audio file {where} is outside the corpus directories ({roots})"
         return None

@@ -26,8 +26,10 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import soundfile as sf
 from lhotse import AudioSource, CutSet, Recording, SupervisionSegment
@@ -35,7 +37,15 @@ from lhotse.cut import Cut
 from lhotse.utils import fastcopy
 
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import make_temp_dir, read_lines
+from srupp_asr.fileio import (
+    MAX_LIST_BYTES,
+    check_regular_file,
+    decode_text,
+    is_inside,
+    make_temp_dir,
+    read_bytes,
+    read_lines,
+)
 from srupp_asr.manifest import save_cuts
 
 log = logging.getLogger(__name__)
@@ -109,16 +119,45 @@ def _command_recording(recording_id: str, command: str) -> Recording:
 
 
 def _file_recording(recording_id: str, path: Path) -> Recording:
-    if not path.is_file():
-        raise _Skip(f"audio file not found: {path}")
+    """The recording of the audio file ``path``; a path that is no regular file (missing, a folder, a pipe, a
+    device) or a file that does not decode is a ``_Skip`` saying which."""
+    try:
+        check_regular_file(path, "audio file")
+    except UserError as err:
+        raise _Skip(str(err)) from None
     try:
         recording = Recording.from_file(path, recording_id=recording_id)
     except Exception as err:  # lhotse tries several decoders; any failure means the file is unusable
-        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise _Skip(f"cannot read audio {path} ({detail})") from None
+        raise _Skip(f"cannot read audio {path} ({_decoder_problem(err)})") from None
     if recording.num_samples == 0:
         raise _Skip(f"audio file is empty: {path}")
     return recording
+
+
+def _decoder_problem(err: Exception) -> str:
+    """What a decoder said, in one line: lhotse puts its reason on the lines after ``... failed. Details:``."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    if lines[0].endswith("Details:") and len(lines) > 1:
+        return f"{lines[0]} {lines[-1]}"
+    return lines[0]
+
+
+# A URL's scheme (``https://``, ``s3://``): the importers read local files only.
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _audio_path(audio: str, base: Path, roots: Sequence[Path] | None) -> Path:
+    """The local file an entry's audio path names, relative to ``base``; a ``_Skip`` for a URL, or for a path
+    outside every folder of ``roots`` (links resolved; None: anywhere)."""
+    if _URL.match(audio):
+        raise _Skip(f"audio path {audio!r} is a URL (the importer reads local files only: download it first)")
+    path = Path(os.path.abspath(base / audio))
+    if roots is not None and not is_inside(path, roots):
+        shown = ", ".join(str(root) for root in roots)
+        raise _Skip(f"audio file {path} is outside the table's folder ({shown}); allow it with --audio-roots")
+    return path
 
 
 def _cut(
@@ -274,7 +313,11 @@ def import_nemo_manifest(path: str | os.PathLike, problems: list[str] | None = N
         except _Skip as err:
             report.skip(f"{where}: {err}")
             continue
-        audio = Path(os.path.abspath(base / audio))
+        try:
+            audio = _audio_path(audio, base, None)
+        except _Skip as err:
+            report.skip(f"{where}: {err}")
+            continue
         if audio not in recordings:
             rec_id = _unique(audio.stem, recording_ids)
             try:
@@ -362,6 +405,7 @@ def import_table(
     columns: TableColumns = TableColumns(),
     audio_root: str | os.PathLike | None = None,
     default_split: str = "all",
+    audio_roots: Sequence[str | os.PathLike] | None = None,
 ) -> dict[str, CutSet]:
     """Read a table of transcripts as cut sets, one per split; rows that cannot be imported are appended to
     ``problems`` as ``TABLE:LINE: why`` (logged as warnings without ``problems``).
@@ -369,9 +413,12 @@ def import_table(
     ``source`` is a ``.csv`` (comma-separated, double-quoted fields as spreadsheets write them) or ``.tsv``
     (tab-separated, no quoting: quotes are text) with a header row, or a Hugging Face audiofolder: a folder holding
     ``metadata.csv``, or split subfolders each holding one (the subfolder names the split). Audio paths are taken
-    relative to the table's folder (``audio_root`` overrides); durations come from the audio files' headers (a
-    duration column is ignored). A table without a split column puts every row in ``default_split``. Each cut is
-    named after its audio file's stem (``-2``, ... added when stems repeat); a file listed twice is a problem.
+    relative to the table's folder (``audio_root`` overrides) and must lie in it (links resolved) or in one of the
+    folders ``audio_roots`` lists: a table cannot make the importer read files it was not pointed at (``../..``,
+    ``/etc/passwd``); a URL is refused. Durations come from the audio files' headers (a duration column is
+    ignored). A table without a split column puts every row in ``default_split``. Each cut is named after its
+    audio file's stem (``-2``, ... added when stems repeat); a file listed twice (a link to it included) is a
+    problem.
     """
     source = Path(source)
     report = _Report(problems)
@@ -379,30 +426,43 @@ def import_table(
         raise UserError(f"split {default_split!r} is not a name (letters, digits, '_', '.', '-')")
     if source.is_dir():
         tables = _audiofolder_tables(source)
-    elif not source.is_file():
-        raise UserError(f"{source}: not found")
     else:
+        check_regular_file(source, "table")
         tables = [(source, None)]
     recording_ids: set[str] = set()
-    seen: dict[Path, str] = {}  # audio file -> where it was first listed
+    seen: dict[tuple[int, int], tuple[Path, str]] = {}  # audio file (device, inode) -> its path, where first listed
     splits: dict[str, list[Cut]] = {}
     for table, folder_split in tables:
         base = Path(audio_root) if audio_root is not None else table.parent
+        roots = [Path(os.path.realpath(r)) for r in (*(audio_roots or ()), base)]
         for where, audio, text, speaker, split in _table_rows(table, columns, report):
             split = split if split is not None else folder_split or default_split
             try:
                 if not _SPLIT_NAME.fullmatch(split):
                     raise _Skip(f"split {split!r} is not a name (letters, digits, '_', '.', '-')")
-                path = Path(os.path.abspath(base / audio))
-                if path in seen:
-                    raise _Skip(f"{audio} is listed again (first at {seen[path]})")
-                seen[path] = where
+                path = _audio_path(audio, base, roots)
+                key = _file_identity(path)
+                if key in seen:
+                    first, first_where = seen[key]
+                    same = "" if first == path else f", the same file as {first}"
+                    raise _Skip(f"{audio} is listed again{same} (first at {first_where})")
+                if key is not None:
+                    seen[key] = (path, where)
                 recording = _file_recording(_unique(path.stem, recording_ids), path)
                 recording_ids.add(recording.id)
                 splits.setdefault(split, []).append(_cut(recording, recording.id, 0.0, None, text, speaker))
             except _Skip as err:
                 report.skip(f"{where}: {err}")
     return {name: CutSet.from_cuts(cuts) for name, cuts in sorted(splits.items())}
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """The file ``path`` names (device, inode; links followed), the same through every link; None if none."""
+    try:
+        info = path.stat()
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _audiofolder_tables(folder: Path) -> list[tuple[Path, str | None]]:
@@ -427,27 +487,22 @@ def _table_rows(table: Path, columns: TableColumns, report: _Report):
         dialect = {"delimiter": ","}
     else:
         raise UserError(f"{table}: a table of transcripts is a .csv or .tsv file")
-    reader = csv.reader(read_lines(table, "table"), strict=True, **dialect)
+    rows = _csv_rows(table, dialect, report)
     try:
-        header = [name.strip() for name in next(reader)]
+        _, header = next(rows)
     except StopIteration:
         raise UserError(f"{table}: empty (a header row naming the columns comes first)") from None
-    except csv.Error as err:
-        raise UserError(f"{table}:1: cannot read the header ({err})") from None
+    header = [name.strip() for name in header]
     index = _column_index(table, header, columns)
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as err:
-            report.skip(f"{table}:{reader.line_num}: cannot read the row ({err})")
-            continue
-        where = f"{table}:{reader.line_num}"
+    for line, row in rows:
+        where = f"{table}:{line}"
         if not any(field.strip() for field in row):
             continue
         if len(row) != len(header):
             report.skip(f"{where}: {len(row)} fields, the header has {len(header)}")
+            continue
+        if any("\0" in field for field in row):
+            report.skip(f"{where}: a field holds a NUL character (not text)")
             continue
         field = {key: (row[i].strip() if i is not None else None) for key, i in index.items()}
         if not field["audio"]:
@@ -456,6 +511,38 @@ def _table_rows(table: Path, columns: TableColumns, report: _Report):
             report.skip(f"{where}: no split in column {header[index['split']]!r}")
         else:
             yield where, field["audio"], field["text"], field["speaker"] or None, field["split"]
+
+
+def _csv_rows(table: Path, dialect: dict[str, Any], report: _Report) -> Iterator[tuple[int, list[str]]]:
+    """``(line, fields)`` per row of ``table``, ``line`` the one the row starts on. Rows are parsed from the text
+    with its line endings kept, so a quoted field may hold newlines (``\\n`` or ``\\r\\n``) as spreadsheets write
+    them. A row csv cannot parse is reported on the line it starts on; a quote never closed, which would swallow
+    every row after it, is reported on its own line and reading goes on at the next line. A header csv cannot
+    parse is a UserError."""
+    text = decode_text(read_bytes(table, "table", MAX_LIST_BYTES), table, "table")
+    lines = io.StringIO(text, newline="").readlines()
+    offset = 0  # lines before the current reader's first
+    reader = csv.reader(lines, strict=True, **dialect)
+    done = 0  # lines the current reader has consumed
+    while True:
+        start = offset + done + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            if start == 1:
+                raise UserError(f"{table}:1: cannot read the header ({err})") from None
+            if offset + reader.line_num >= len(lines) and "end of data" in str(err):
+                report.skip(f"{table}:{start}: a quote opened in this row is never closed; the row is skipped")
+                offset, done = start, 0
+                reader = csv.reader(lines[offset:], strict=True, **dialect)
+                continue
+            report.skip(f"{table}:{start}: cannot read the row ({err})")
+            done = reader.line_num
+            continue
+        done = reader.line_num
+        yield start, row
 
 
 def _column_index(table: Path, header: list[str], columns: TableColumns) -> dict[str, int | None]:
@@ -518,7 +605,7 @@ def prepare_command(args: argparse.Namespace) -> int:
         splits = {None: import_nemo_manifest(args.source, problems)}
     else:
         columns = TableColumns(args.audio_column, args.text_column, args.speaker_column, args.split_column)
-        splits = import_table(args.source, problems, columns, args.audio_root, args.split)
+        splits = import_table(args.source, problems, columns, args.audio_root, args.split, args.audio_roots)
     for problem in problems:
         print(f"skipped: {problem}", file=sys.stderr)
     total = sum(len(cuts) for cuts in splits.values())
@@ -570,6 +657,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         table.add_argument(f"--{key}-column", metavar="NAME", help=f"default: the first of {', '.join(names)}")
     table.add_argument(
         "--audio-root", metavar="DIR", help="audio paths are relative to this (default: the table's folder)"
+    )
+    table.add_argument(
+        "--audio-roots",
+        nargs="+",
+        metavar="DIR",
+        help="folders the audio may also lie in (default: only the table's folder, or --audio-root; links resolved)",
     )
     table.add_argument(
         "--split", default="all", metavar="NAME", help="the split of every row of a table without a split column"

@@ -6,12 +6,23 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_output, atomic_write_text, make_temp_dir, replace_dir, temp_prefix
+from srupp_asr.fileio import (
+    MAX_CONFIG_BYTES,
+    atomic_output,
+    atomic_write_text,
+    make_temp_dir,
+    read_bytes,
+    read_text,
+    read_yaml_mapping,
+    replace_dir,
+    temp_prefix,
+)
 from srupp_asr.lm import SRUppLM, load_lm, save_lm
 from srupp_asr.model_dir import load_model
 
@@ -104,3 +115,51 @@ def test_deeply_nested_yaml_is_one_line_naming_the_file_not_a_recursion_error(
     assert capsys.readouterr().err.strip() == (
         f"srupp-asr train: error: {config}: not a usable config file (YAML nested too deeply)"
     )
+
+
+def _not_a_file(tmp_path: Path, kind: str) -> Path:
+    """A path named config.yaml that is a named pipe, a link to /dev/zero or a folder."""
+    path = tmp_path / "config.yaml"
+    if kind == "pipe":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("pipe", "config file is not a regular file (a pipe; save it to a file)"),
+        ("device", "config file is not a regular file (a device; save it to a file)"),
+        ("folder", "is a directory, not a config file"),
+    ],
+)
+def test_the_small_file_reader_refuses_a_pipe_a_device_or_a_folder_as_what_it_is(tmp_path, kind, says):
+    path = _not_a_file(tmp_path, kind)
+    for read in (read_bytes, read_text, read_yaml_mapping):
+        with pytest.raises(UserError) as err:
+            read(path, "config file")  # a pipe without a writer would wait for ever; /dev/zero never ends
+        assert str(err.value) == f"{path}: {says}"
+
+
+def test_the_small_file_reader_refuses_a_file_over_its_bound_before_reading_it(tmp_path):
+    path = tmp_path / "config.yaml"
+    with open(path, "wb") as f:
+        f.truncate(8 * 2**30)  # sparse: 8 GiB to read, nothing on disk
+    with pytest.raises(UserError) as err:
+        read_yaml_mapping(path, "model config")
+    assert (
+        str(err.value) == f"{path}: model config holds more than {MAX_CONFIG_BYTES // 2**20} MiB (the most this reads)"
+    )
+    path.write_bytes(b"a: 1\n" + b"#" * (MAX_CONFIG_BYTES - 5))  # exactly at the bound: read
+    assert read_yaml_mapping(path) == {"a": 1}
+
+
+def test_a_stream_is_read_up_to_the_bound_when_streams_are_allowed(tmp_path):
+    with pytest.raises(UserError, match=r"^/dev/zero: list file holds more than 1 MiB \(the most this reads\)$"):
+        read_bytes("/dev/zero", "list file", 2**20, streams=True)
+    with pytest.raises(UserError, match="is a directory, not a list file"):
+        read_bytes(tmp_path, "list file", 2**20, streams=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from srupp_asr.corpora import manifest_path, normalize_tedlium_text, prepare_cor
 from srupp_asr.errors import UserError
 from srupp_asr.manifest import load_cuts
 from srupp_asr.prepare import (
+    AUDIOFOLDER_METADATA,
     TableColumns,
     import_kaldi_dir,
     import_nemo_manifest,
@@ -92,7 +94,7 @@ def test_kaldi_missing_audio_and_malformed_lines_are_skipped_and_reported(kaldi_
         "text:9: duplicate id 'u1'",
         "segments: u2: malformed line",
         "segments: u3: ends at 2.60 s, after the audio's end at 2.00 s",
-        f"segments: u4: audio file not found: {tmp_path / 'gone.wav'}",
+        f"segments: u4: {tmp_path / 'gone.wav'}: audio file not found",
         "segments: u5: no audio path or command after the recording id",
         "segments: u6: recording 'r9' is not in wav.scp",
         "segments: u7: time is not a number: 'x'",
@@ -173,7 +175,7 @@ def test_nemo_bad_lines_are_skipped_with_their_line_numbers(tmp_path):
     m = tmp_path / "m.json"
     assert problems == [
         f"{m}:2: not valid JSON (Expecting property name enclosed in double quotes)",
-        f"{m}:3: audio file not found: {tmp_path / 'missing.wav'}",
+        f"{m}:3: {tmp_path / 'missing.wav'}: audio file not found",
         f"{m}:4: no 'text'",
         f"{m}:5: 'duration' is not a number: 'long'",
         f"{m}:6: {tmp_path / 'a.wav'}: ends at 3.50 s, after the audio's end at 1.00 s",
@@ -566,7 +568,7 @@ def test_cli_writes_one_manifest_per_split_that_training_loads(tmp_path, audio, 
 
     table.write_text("path,text,split\nclips/a.wav,One,train\nclips/gone.wav,Two,train\n")
     assert _run(["prepare", "table", str(table), str(tmp_path / "out2")]) == 1
-    assert f"skipped: {table}:3: audio file not found" in capsys.readouterr().err
+    assert f"skipped: {table}:3: {tmp_path / 'clips/gone.wav'}: audio file not found" in capsys.readouterr().err
 
     table.write_text("path,text\nclips/gone.wav,x\n")
     with pytest.raises(UserError, match="nothing could be imported"):
@@ -593,3 +595,96 @@ def test_a_failed_write_leaves_no_split_half_written(tmp_path, audio, monkeypatc
         save_splits(splits, out)
     assert sorted(p.name for p in out.iterdir()) == ["dev_cuts.jsonl.gz"]  # no temporary folder left either
     assert split_path(out, "dev").read_text() == "previous run\n"  # the earlier manifest is untouched
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_quoted_field_keeps_its_line_breaks_and_later_rows_keep_their_line_numbers(tmp_path, audio, newline):
+    table = tmp_path / "t.csv"
+    rows = ["path,text", 'clips/a.wav,"hello', 'world"', "clips/b.flac,two", "gone.wav,three"]
+    table.write_bytes(newline.join(rows).encode() + newline.encode())
+    problems: list[str] = []
+    cuts = list(import_table(table, problems)["all"])
+    assert [(c.id, c.supervisions[0].text) for c in cuts] == [("a", f"hello{newline}world"), ("b", "two")]
+    assert problems == [f"{table}:5: {tmp_path / 'gone.wav'}: audio file not found"]
+
+
+def test_a_quote_never_closed_is_blamed_on_its_own_line_and_the_rows_after_it_are_read(tmp_path, audio):
+    table = tmp_path / "t.csv"
+    table.write_text('path,text\nclips/a.wav,"never closed\nclips/b.flac,two\nclips/c.wav,three\n')
+    problems: list[str] = []
+    cuts = import_table(table, problems)["all"]
+    assert [c.id for c in cuts] == ["b", "c"]
+    assert problems == [f"{table}:2: a quote opened in this row is never closed; the row is skipped"]
+
+
+def test_a_nul_in_a_transcript_is_refused(tmp_path, audio):
+    table = tmp_path / "t.csv"
+    table.write_text("path,text\nclips/a.wav,he\0llo\nclips/b.flac,two\n")
+    problems: list[str] = []
+    assert [c.id for c in import_table(table, problems)["all"]] == ["b"]
+    assert problems == [f"{table}:2: a field holds a NUL character (not text)"]
+
+
+def test_audio_outside_the_tables_folder_is_refused_unless_its_folder_is_allowed(tmp_path, audio):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    write_tone(outside / "x.wav", 0.5)
+    (audio / "link.wav").symlink_to(outside / "x.wav")
+    table = audio / "t.csv"
+    table.write_text(f"path,text\n../outside/x.wav,a\n{outside / 'x.wav'},b\nlink.wav,c\n/etc/passwd,d\na.wav,e\n")
+    problems: list[str] = []
+    assert [c.id for c in import_table(table, problems)["all"]] == ["a"]
+    refused = [f"{outside / 'x.wav'}", f"{outside / 'x.wav'}", f"{audio / 'link.wav'}", "/etc/passwd"]
+    assert problems == [
+        f"{table}:{line}: audio file {path} is outside the table's folder ({audio}); allow it with --audio-roots"
+        for line, path in zip((2, 3, 4, 5), refused, strict=True)
+    ]
+    table.write_text("path,text\n../outside/x.wav,a\na.wav,e\n")
+    assert [c.id for c in import_table(table, audio_roots=[outside])["all"]] == ["x", "a"]
+
+
+def test_an_audiofolder_table_cannot_reach_out_of_its_folder(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    write_tone(tmp_path / "secret.wav", 0.5)
+    (folder / AUDIOFOLDER_METADATA).write_text("file_name,transcription\n../secret.wav,a\n")
+    problems: list[str] = []
+    assert import_table(folder, problems) == {}
+    assert problems == [
+        f"{folder / AUDIOFOLDER_METADATA}:2: audio file {tmp_path / 'secret.wav'} is outside the table's folder"
+        f" ({folder}); allow it with --audio-roots"
+    ]
+
+
+def test_a_url_a_pipe_a_device_and_a_folder_are_reported_as_what_they_are(tmp_path, audio):
+    os.mkfifo(audio / "pipe.wav")
+    (audio / "zero.wav").symlink_to("/dev/zero")
+    (audio / "folder.wav").mkdir()
+    table = audio / "t.csv"
+    table.write_text("path,text\nhttps://example.com/a.wav,a\npipe.wav,b\nzero.wav,c\nfolder.wav,d\n")
+    problems: list[str] = []
+    assert import_table(table, problems, audio_roots=["/dev"]) == {}
+    assert problems == [
+        f"{table}:2: audio path 'https://example.com/a.wav' is a URL (the importer reads local files only: download"
+        " it first)",
+        f"{table}:3: {audio / 'pipe.wav'}: audio file is not a regular file (a pipe; save it to a file)",
+        f"{table}:4: {audio / 'zero.wav'}: audio file is not a regular file (a device; save it to a file)",
+        f"{table}:5: {audio / 'folder.wav'}: is a directory, not an audio file",
+    ]
+
+
+def test_a_link_and_the_file_it_names_are_one_file_listed_twice(tmp_path, audio):
+    (audio / "alias.wav").symlink_to(audio / "a.wav")
+    table = audio / "t.csv"
+    table.write_text("path,text\na.wav,one\nalias.wav,other text\n")
+    problems: list[str] = []
+    assert [c.id for c in import_table(table, problems)["all"]] == ["a"]
+    assert problems == [
+        f"{table}:3: alias.wav is listed again, the same file as {audio / 'a.wav'} (first at {table}:2)"
+    ]
+
+
+def test_a_table_that_is_a_pipe_is_one_line_not_a_wait(tmp_path):
+    os.mkfifo(tmp_path / "t.csv")
+    with pytest.raises(UserError, match=r"t\.csv: table is not a regular file \(a pipe; save it to a file\)$"):
+        import_table(tmp_path / "t.csv")
