@@ -189,35 +189,70 @@ def atomic_output(path: str | os.PathLike, temp_suffix: str | None = None) -> It
 
 
 def write_files_together(files: dict[Path, bytes]) -> None:
-    """Write several files all or nothing (a report's set): each is written to a temporary file beside it and
-    flushed to disk, and only when every one is written are they renamed over their targets. A write that fails
-    (a full disk, a quota) is a one-line UserError naming the file it was writing; the temporary files are removed
-    and no target has changed. (A crash between the renames, which touch no data, can leave some renamed.)"""
+    """Write several files all or nothing (a report's set, a transcript's formats): each is written to a temporary
+    file beside it and flushed to disk, and only when every one is written are they renamed over their targets. A
+    write that fails (a full disk, a quota, a read-only folder, a name longer than the file system allows, checked
+    before anything is written) is a one-line UserError naming the file it was writing; the temporary files are
+    removed and no target has changed. (A crash between the renames, which touch no data, can leave some renamed.)"""
     temps: list[tuple[str, Path]] = []
+    path = next(iter(files), Path())
     try:
-        for path, data in files.items():
+        for path in files:
             path.parent.mkdir(parents=True, exist_ok=True)
+            _check_name_fits(path)
+        for path, data in files.items():
             remove_stale_temps(path.parent)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(), suffix=_temp_suffix(path))
             temps.append((tmp, path))
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-            except OSError as err:
-                reason = err.strerror or err
-                raise UserError(f"{path}: cannot write ({reason}); no file of the set was changed") from None
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
             os.chmod(tmp, 0o666 & ~_umask())
+    except OSError as err:
+        _remove_temps(temps)
+        raise UserError(f"{path}: cannot write ({err.strerror or err}); no file of the set was changed") from None
+    except BaseException:
+        _remove_temps(temps)
+        raise
+    try:
         for tmp, path in temps:
             os.replace(tmp, path)
-    except BaseException:
-        for tmp, _ in temps:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        raise
+    finally:
+        _remove_temps(temps)  # those not renamed: a rename failed (a bug, or the folder went away)
     for folder in {path.parent for path in files}:
         fsync_directory(folder)
+
+
+def _remove_temps(temps: Sequence[tuple[str, Path]]) -> None:
+    for tmp, _ in temps:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _check_name_fits(path: Path) -> None:
+    """An ENAMETOOLONG OSError when ``path``'s name is longer than its folder's file system allows (checked before
+    a set of files is written, so a too-long last name cannot leave the others replaced)."""
+    try:
+        limit = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(os.fsencode(path.name)) > limit:
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), str(path))
+
+
+def check_writable_folder(folder: str | os.PathLike, what: str = "output folder") -> None:
+    """Make ``folder`` if needed and write (then remove) a temporary file in it: a folder that cannot be made or
+    written (read-only, full, no permission) is a one-line UserError before any work whose results would be lost.
+    An actual write, not ``os.access``, which says yes to root on a read-only folder."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        remove_stale_temps(folder)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=temp_prefix(), suffix=".probe")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise UserError(f"{folder}: cannot write to the {what} ({err.strerror or err})") from None
 
 
 def fsync_directory(folder: str | os.PathLike) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_write_text
+from srupp_asr.fileio import check_writable_folder, write_files_together
 
 FORMATS = ("txt", "json", "srt", "vtt", "tsv")
 MAX_SEGMENT_WORDS = 12  # subtitle-sized segments: a line or two on screen
@@ -283,20 +283,13 @@ def printable_transcript(transcript: Transcript) -> Transcript:
 def write_transcript(
     transcript: Transcript, out_dir: str | os.PathLike[str], name: str, formats: Sequence[str]
 ) -> list[Path]:
-    """Write ``out_dir/name.<format>`` for each format, each file atomically (a file that cannot be written, e.g.
-    on a full disk, is a UserError naming it, and the previous file of that name is left as it was); returns the
-    paths."""
-    written = []
-    for fmt in formats:
-        path = Path(out_dir) / f"{name}.{fmt}"
-        try:
-            atomic_write_text(path, WRITERS[fmt](printable_transcript(transcript)))
-        except OSError as err:
-            # os.path.exists is False where Path.exists raises (a name longer than the file system allows).
-            kept = "the previous file is kept" if os.path.exists(path) else "nothing was written"
-            raise UserError(f"{path}: cannot write ({err.strerror or err}); {kept}") from None
-        written.append(path)
-    return written
+    """Write ``out_dir/name.<format>`` for each format, all or nothing (:func:`~srupp_asr.fileio.write_files_together`):
+    a file that cannot be written (a full disk, a name too long) is a UserError naming it, and every previous file
+    of the set is left as it was; returns the paths."""
+    shown = printable_transcript(transcript)
+    files = {Path(out_dir) / f"{name}.{fmt}": WRITERS[fmt](shown).encode("utf-8") for fmt in formats}
+    write_files_together(files)
+    return list(files)
 
 
 _output_locks: dict[str, list[int]] = {}  # real path of an output folder -> [descriptor, claims in this process]
@@ -316,8 +309,8 @@ class OutputDirLock:
         self.key: str | None = None
         if folder is None:
             return
+        check_writable_folder(folder)  # before any decoding whose outputs it could not take
         try:
-            os.makedirs(folder, exist_ok=True)
             key = os.path.realpath(folder)
             if key not in _output_locks:
                 fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -182,8 +184,62 @@ def test_a_name_longer_than_the_file_system_allows_is_one_user_error(tmp_path):
     name = "x" * 251  # 256 bytes with ".json"
     with pytest.raises(UserError) as caught:
         write_transcript(_transcript(), tmp_path, name, ["json"])
-    assert str(caught.value) == f"{tmp_path / name}.json: cannot write (File name too long); nothing was written"
+    why = "cannot write (File name too long); no file of the set was changed"
+    assert str(caught.value) == f"{tmp_path / name}.json: {why}"
     assert os.listdir(tmp_path) == []
+
+
+def test_a_name_too_long_for_one_format_leaves_every_format_as_it_was(tmp_path):
+    name = "x" * 251  # 255 bytes with ".txt", 256 with ".json": the first formats fit, the last does not
+    (tmp_path / f"{name}.txt").write_text("previous\n")
+    with pytest.raises(UserError, match="File name too long"):
+        write_transcript(_transcript(), tmp_path, name, ["txt", "vtt", "srt", "json"])
+    assert os.listdir(tmp_path) == [f"{name}.txt"] and (tmp_path / f"{name}.txt").read_text() == "previous\n"
+
+
+def test_a_full_disk_in_the_middle_of_a_set_of_formats_changes_no_file_of_the_set(tmp_path):
+    # A child process whose files may not grow past 300 bytes (write() then fails with EFBIG, where a full disk fails
+    # with ENOSPC): the txt, vtt and srt fit, the json does not. Before, the first three were replaced and the error
+    # said "nothing was written".
+    for fmt in FORMATS:
+        (tmp_path / f"talk.{fmt}").write_text(f"previous {fmt}\n")
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (300, 300))\n"
+        "from tests.test_writers import _transcript\n"
+        "from srupp_asr.errors import UserError\n"
+        "from srupp_asr.writers import FORMATS, write_transcript\n"
+        "try:\n"
+        "    write_transcript(_transcript(), sys.argv[1], 'talk', list(FORMATS))\n"
+        "except UserError as err:\n"
+        "    print(err)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.stdout == f"{tmp_path / 'talk.json'}: cannot write (File too large); no file of the set was changed\n"
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {f"talk.{f}": f"previous {f}\n" for f in FORMATS}
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_model_loads(tmp_path):
+    from srupp_asr.transcribe import transcribe
+
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    audio = tmp_path / "a.wav"
+    audio.write_bytes(b"RIFF")
+    # A folder mode 555 does not stop root: as root the folder is made immutable instead (chattr +i).
+    folder.chmod(0o555)
+    root = os.geteuid() == 0
+    if root and subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False).returncode:
+        pytest.skip("as root, needs chattr +i to make a folder that cannot be written")
+    try:
+        with pytest.raises(UserError) as caught:
+            transcribe(audio, model=str(tmp_path / "no_model"), output_dir=folder)  # the model is never looked for
+    finally:
+        if root:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(0o755)
+    assert str(caught.value).startswith(f"{folder}: cannot write to the output folder (")
 
 
 def test_printable_line_escapes_control_characters_and_line_separators_only():
