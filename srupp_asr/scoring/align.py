@@ -19,7 +19,7 @@ spaces between words are not tokens.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
@@ -120,6 +120,8 @@ class Alignment:
     ref: tuple[str, ...]
     hyp: tuple[str, ...]
     ops: str
+    # The hypothesis tokens' confidences (CTM hypotheses that have them), one per ``hyp`` token; else None.
+    hyp_conf: tuple[float | None, ...] | None = None
 
     def columns(self) -> Iterator[tuple[str | None, str | None, str]]:
         """(reference token or None, hypothesis token or None, op) per column, in order."""
@@ -315,6 +317,7 @@ def _net_path(start: tuple[int, int], back: list, rw: list, hw: list) -> Alignme
     """The back trace of :func:`align_nets` as an :class:`Alignment` (empty strings for left-out optionals)."""
     refs: list[str] = []
     hyps: list[str] = []
+    confs: list[float | None] = []
     ops: list[str] = []
     a, b = start
     while a > 0 or b > 0:
@@ -324,19 +327,23 @@ def _net_path(start: tuple[int, int], back: list, rw: list, hw: list) -> Alignme
             if not word.null:
                 refs += [""] if word.optional else []
                 hyps.append(word.text)
+                confs.append(word.conf)
                 ops.append(CORRECT if word.optional else INSERTION)
         elif bb == b:  # deletion
             word = rw[a]
             if not word.null:
                 refs.append(word.text)
                 hyps += [""] if word.optional else []
+                confs += [None] if word.optional else []
                 ops.append(CORRECT if word.optional else DELETION)
         elif not (rw[a].null and hw[b].null):
             refs.append(rw[a].text)
             hyps.append(hw[b].text)
+            confs.append(hw[b].conf)
             ops.append(CORRECT if fragment_equal(rw[a], hw[b]) else SUBSTITUTION)
         a, b = ba, bb
-    return Alignment(tuple(reversed(refs)), tuple(reversed(hyps)), "".join(reversed(ops)))
+    hyp_conf = tuple(reversed(confs)) if any(c is not None for c in confs) else None
+    return Alignment(tuple(reversed(refs)), tuple(reversed(hyps)), "".join(reversed(ops)), hyp_conf)
 
 
 def align_net_batch(pairs: Sequence[tuple[WordNet, WordNet]]) -> list[Alignment]:
@@ -351,5 +358,6 @@ def align_net_batch(pairs: Sequence[tuple[WordNet, WordNet]]) -> list[Alignment]
             out[i] = align_nets(ref, hyp)
     texts = [([w.text for w in pairs[i][0].words], [w.text for w in pairs[i][1].words]) for i in plain]
     for i, alignment in zip(plain, align_batch(texts), strict=True):
-        out[i] = alignment
+        confs = tuple(w.conf for w in pairs[i][1].words)
+        out[i] = replace(alignment, hyp_conf=confs) if any(c is not None for c in confs) else alignment
     return out  # type: ignore[return-value]

@@ -125,6 +125,7 @@ class CtmToken:
     start: float | None
     duration: float | None
     word: str
+    confidence: float | None = None
 
 
 def read_stm(path: str | os.PathLike, encoding: str = "utf-8") -> list[StmSegment]:
@@ -154,7 +155,8 @@ def read_ctm(path: str | os.PathLike, encoding: str = "utf-8") -> list[CtmToken]
             out.append(CtmToken(parts[0], parts[1], None, None, parts[4].upper()))
             continue
         start, duration = _time(parts[2], path, number), _time(parts[3], path, number)
-        out.append(CtmToken(parts[0], parts[1], start, duration, parts[4]))
+        confidence = _confidence(parts[5], path, number) if len(parts) > 5 else None
+        out.append(CtmToken(parts[0], parts[1], start, duration, parts[4], confidence))
     return out
 
 
@@ -170,6 +172,16 @@ def _time(text: str, path: str | os.PathLike, number: int) -> float:
         return float(text)
     except ValueError:
         raise UserError(f"{path}:{number}: expected a time in seconds, got {text[:40]!r}") from None
+
+
+def _confidence(text: str, path: str | os.PathLike, number: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise UserError(f"{path}:{number}: a CTM confidence is a number from 0 to 1, got {text[:40]!r}")
+    return value
 
 
 def read_utt2spk(path: str | os.PathLike) -> dict[str, str]:

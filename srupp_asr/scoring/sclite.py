@@ -26,9 +26,9 @@ from pathlib import Path
 
 from srupp_asr.errors import UserError
 from srupp_asr.scoring.align import align_net_batch
-from srupp_asr.scoring.formats import data_lines, read_ctm, read_stm, split_trn_id
+from srupp_asr.scoring.formats import CtmToken, data_lines, read_ctm, read_stm, split_trn_id
 from srupp_asr.scoring.sclite_report import ScoredUtterance, pra_text, summary_table
-from srupp_asr.scoring.wordnet import CharMode, build_net
+from srupp_asr.scoring.wordnet import CharMode, WordNet, build_net, parse_tokens
 
 ID_TYPES = ("rm", "wsj", "spu_id", "swb", "sp", "atis")
 _REFUSED = {
@@ -176,8 +176,8 @@ def speaker_of(utt_id: str, id_type: str) -> str:
     raise UserError(f"sclite: can't find the speaker in utterance id {utt_id!r} (-i {id_type})")
 
 
-def _net(text: str, opts: Options):
-    return build_net(fold_case(text, opts), opts.optional, opts.fragments, opts.chars)
+def _net(text: str, opts: Options, confidences: Sequence[float | None] | None = None) -> WordNet:
+    return build_net(fold_case(text, opts), opts.optional, opts.fragments, opts.chars, confidences)
 
 
 def score_trn(opts: Options) -> list[ScoredUtterance]:
@@ -202,26 +202,44 @@ def score_trn(opts: Options) -> list[ScoredUtterance]:
     return [ScoredUtterance(k, speaker_of(k, opts.id_type), a) for k, a in zip(keys, alignments, strict=True)]
 
 
-def _ctm_items(tokens) -> list[tuple[float, str]]:
-    """A channel's CTM words as (midpoint, text) items; an alternation block is one item ``{ a / b }`` whose
-    midpoint is its latest word's."""
-    items: list[tuple[float, str]] = []
+@dataclass(frozen=True)
+class _CtmItem:
+    """A CTM word, or an alternation block ``{ a / b }`` as one item timed by its latest word."""
+
+    mid: float
+    text: str
+    confs: tuple[float | None, ...]
+
+
+def _ctm_items(tokens: Sequence[CtmToken]) -> list[_CtmItem]:
+    """A channel's CTM words as items with their midpoints and their words' confidences."""
+    items: list[_CtmItem] = []
     block: list[str] | None = None
+    confs: list[float | None] = []
     mid = 0.0
     for tok in tokens:
         if tok.word == "<ALT_BEGIN>":
-            block, mid = ["{"], 0.0
+            block, confs, mid = ["{"], [], 0.0
         elif tok.word == "<ALT>" and block is not None:
             block.append("/")
         elif tok.word == "<ALT_END>" and block is not None:
-            items.append((mid, " ".join([*block, "}"])))
+            items.append(_CtmItem(mid, " ".join([*block, "}"]), tuple(confs)))
             block = None
         elif block is not None:
             block.append(tok.word)
+            confs.append(tok.confidence)
             mid = max(mid, tok.start + tok.duration / 2)
         else:
-            items.append((tok.start + tok.duration / 2, tok.word))
+            items.append(_CtmItem(tok.start + tok.duration / 2, tok.word, (tok.confidence,)))
     return items
+
+
+def _hyp_net(items: Sequence[_CtmItem], opts: Options) -> WordNet:
+    """The hypothesis network of a segment's CTM items, each word with its confidence when the CTM has them."""
+    text = " ".join(item.text for item in items)
+    confs = [c for item in items for c in item.confs]
+    words = sum(token not in "{/}" for token in parse_tokens(text)) if any(c is not None for c in confs) else -1
+    return _net(text, opts, confs if words == len(confs) else None)
 
 
 def score_stm_ctm(opts: Options) -> list[ScoredUtterance]:
@@ -245,15 +263,15 @@ def score_stm_ctm(opts: Options) -> list[ScoredUtterance]:
             end = len(items)
             if k < len(segs) - 1:
                 end = cur
-                while end < len(items) and items[end][0] < seg.end:
+                while end < len(items) and items[end].mid < seg.end:
                     end += 1
-            words, cur = [text for _, text in items[cur:end]], end
+            words, cur = items[cur:end], end
             if IGNORE_MARK in seg.text.lower().replace("_", ""):
                 continue
             speaker = fold_case(seg.speaker, opts)
             utt_id = f"{speaker}-{sentences.get(speaker, 0):03d}"
             sentences[speaker] = sentences.get(speaker, 0) + 1
-            pairs.append((_net(seg.text, opts), _net(" ".join(words), opts)))
+            pairs.append((_net(seg.text, opts), _hyp_net(words, opts)))
             meta.append((utt_id, speaker, seg))
     alignments = align_net_batch(pairs)
     return [

@@ -8,14 +8,16 @@ percentage statistics (marked ``+``), as sclite does.
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from srupp_asr.scoring.align import Alignment, Counts, fmt_rate
+from srupp_asr.scoring.align import CORRECT, DELETION, Alignment, Counts, fmt_rate
 
 WIDTH = 80
 _RATE_HEAD = " Corr    Sub    Del    Ins    Err  S.Err "
+_NCE_CLIP = 1e-7
 
 
 @dataclass(frozen=True)
@@ -74,29 +76,81 @@ def _stats(rows: Sequence[Sequence[float]]) -> list[tuple[str, list[float]]]:
     return [("Mean", mean), ("S.D.", sd), ("Median", median)]
 
 
+def confidence_pairs(alignment: Alignment) -> Iterator[tuple[float, bool]]:
+    """(confidence, word is correct) of each hypothesis word that has a confidence."""
+    if alignment.hyp_conf is None:
+        return
+    h = 0
+    for op in alignment.ops:
+        if op == DELETION:
+            continue
+        conf, word = alignment.hyp_conf[h], alignment.hyp[h]
+        h += 1
+        if conf is not None and word:  # an optional word left out of the reference has no hypothesis word
+            yield conf, op == CORRECT
+
+
+def normalized_cross_entropy(pairs: Sequence[tuple[float, bool]]) -> float | None:
+    """sclite's NCE of hypothesis word confidences: (H_max + sum log2 p(outcome)) / H_max, H_max the entropy of
+    the correct/incorrect outcomes at their base rate p_c. Confidences are clipped to [1e-7, 1 - 1e-7] as sclite's
+    are (its value with a conf 0 or 1 word, checked against sctk sclite). None where undefined (no words, or all
+    correct or all wrong: H_max = 0)."""
+    n, total = sum(ok for _, ok in pairs), len(pairs)
+    if n in (0, total):
+        return None
+    p_c = n / total
+    h_max = -n * math.log2(p_c) - (total - n) * math.log2(1 - p_c)
+    got = 0.0
+    for conf, ok in pairs:
+        conf = min(max(conf, _NCE_CLIP), 1 - _NCE_CLIP)
+        got += math.log2(conf if ok else 1 - conf)
+    return (h_max + got) / h_max
+
+
+def speaker_nce(utterances: Sequence[ScoredUtterance]) -> dict[str | None, float | None] | None:
+    """Each speaker's NCE and the total's (key ``None``), or None when no hypothesis word has a confidence."""
+    groups = {
+        name: [p for u in utts for p in confidence_pairs(u.alignment)] for name, utts in by_speaker(utterances).items()
+    }
+    if not any(groups.values()):
+        return None
+    out: dict[str | None, float | None] = {name: normalized_cross_entropy(pairs) for name, pairs in groups.items()}
+    out[None] = normalized_cross_entropy([p for pairs in groups.values() for p in pairs])
+    return out
+
+
+def _nce_cell(value: float | None) -> str:
+    return f"{value:7.3f} |" if value is not None else "    -   |"
+
+
 def summary_table(utterances: Sequence[ScoredUtterance], title: str, raw: bool, chars: bool) -> str:
-    """The ``.sys`` (``raw=False``) or ``.raw`` table."""
+    """The ``.sys`` (``raw=False``) or ``.raw`` table; with an NCE column when the hypotheses have confidences."""
     counts = speaker_counts(utterances)
+    nce = speaker_nce(utterances)
     names = list(counts)
     col = max([len(n) + 2 for n in names] + [6 if raw else 8])
-    inner = col + 1 + 13 + 1 + 41
+    inner = col + 1 + 13 + 1 + 41 + (9 if nce else 0)
     indent = " " * ((WIDTH - inner - 2) // 2)
     unit = "Chr" if chars else "Wrd"
-    bar = "|" + "-" * col + "+" + "-" * 13 + "+" + "-" * 41 + "|"
+    extra = "+--------|" if nce else "|"
+    bar = "|" + "-" * col + "+" + "-" * 13 + "+" + "-" * 41 + extra
     lines = ["", "", "", _center("SYSTEM SUMMARY PERCENTAGES by SPEAKER", WIDTH), ""]
     lines += ["," + "-" * inner + ".", "|" + _center(title, inner) + "|", "|" + "-" * inner + "|"]
-    lines += ["|" + " SPKR".ljust(col) + f"| # Snt # {unit} |" + _RATE_HEAD + "|", bar]
+    head = "|  NCE   |" if nce else "|"
+    lines += ["|" + " SPKR".ljust(col) + f"| # Snt # {unit} |" + _RATE_HEAD + head, bar]
     starred = plus = False
     for k, name in enumerate(names):
         c = counts[name]
         cells = _int_cells(_values(c)) if raw else _pct_cells(c)
         starred |= not raw and not c.tokens
-        lines.append("|" + f" {name}".ljust(col) + "|" + f"{c.sentences:5d}{c.tokens:7d} |" + cells + "|")
+        tail = "|" + _nce_cell(nce[name]) if nce else "|"
+        lines.append("|" + f" {name}".ljust(col) + "|" + f"{c.sentences:5d}{c.tokens:7d} |" + cells + tail)
         lines.append(bar if k < len(names) - 1 else "|" + "=" * inner + "|")
     total = sum(counts.values(), Counts())
     sum_cells = _int_cells(_values(total)) if raw else _pct_cells(total)
     label = " Sum" if raw else " Sum/Avg"
-    lines += ["|" + label.ljust(col) + "|" + f"{total.sentences:5d}{total.tokens:7d} |" + sum_cells + "|"]
+    tail = "|" + _nce_cell(nce[None]) if nce else "|"
+    lines += ["|" + label.ljust(col) + "|" + f"{total.sentences:5d}{total.tokens:7d} |" + sum_cells + tail]
     lines += ["|" + "=" * inner + "|"]
     size_rows = [[c.sentences, c.tokens] for c in counts.values()]
     if raw:
@@ -114,9 +168,12 @@ def summary_table(utterances: Sequence[ScoredUtterance], title: str, raw: bool, 
     if not raw and plus:  # S.Err is over sentences: every speaker counts
         serr = _stats([[100.0 * c.sentence_errors / c.sentences] for c in counts.values()])
         value_stats = [(n, [*v[:5], s[1][0]]) for (n, v), s in zip(value_stats, serr, strict=True)]
-    for (name, sizes), (_, values) in zip(size_stats, value_stats, strict=True):
+    defined = [v for name, v in (nce or {}).items() if name is not None and v is not None]
+    nce_stats = _stats([[v] for v in defined]) if defined else [(n, [None]) for n in ("Mean", "S.D.", "Median")]
+    for (name, sizes), (_, values), (_, nce_value) in zip(size_stats, value_stats, nce_stats, strict=True):
         size_text = f"{fmt_rate(sizes[0]):>5}{fmt_rate(sizes[1]):>7} "
-        lines.append("|" + _center(name, col) + "|" + size_text + "|" + _rate_cells(values, marks) + "|")
+        tail = "|" + _nce_cell(nce_value[0]) if nce else "|"
+        lines.append("|" + _center(name, col) + "|" + size_text + "|" + _rate_cells(values, marks) + tail)
     lines.append("`" + "-" * inner + "'")
     lines = [line if not line or line.startswith(" " * 10) else indent + line for line in lines]
     if starred:

@@ -15,6 +15,7 @@ module builds that network so :func:`srupp_asr.scoring.align.align_nets` can ali
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 NULL_WORD = "@"
@@ -33,6 +34,7 @@ class Word:
     null: bool = False
     optional: bool = False
     fragment: bool = False
+    conf: float | None = None  # a CTM hypothesis word's confidence (sclite's NCE)
 
 
 @dataclass(frozen=True)
@@ -105,23 +107,39 @@ def parse_tokens(text: str) -> list[str]:
     return out
 
 
-def build_net(text: str, optional: bool = False, fragments: bool = False, chars: CharMode | None = None) -> WordNet:
-    """The network of one transcript (already case-folded), decoding ``-D``/``-F``/``-c`` as sclite does."""
+def build_net(
+    text: str,
+    optional: bool = False,
+    fragments: bool = False,
+    chars: CharMode | None = None,
+    confidences: Sequence[float | None] | None = None,
+) -> WordNet:
+    """The network of one transcript (already case-folded), decoding ``-D``/``-F``/``-c`` as sclite does.
+
+    ``confidences``, when given, has one value per word of :func:`parse_tokens` (the marks ``{ / }`` left out):
+    each word's arcs (its characters' under ``-c``) carry it."""
     if chars is None and not (_FRAGMENT_MARKS if fragments else _MARKS).search(text):
         # Plain words only (most transcripts): a chain, built without parsing.
-        words = [Word(w, w) for w in text.split()]
+        texts = text.split()
+        confs = confidences if confidences is not None else [None] * len(texts)
+        words = [Word(w, w, conf=c) for w, c in zip(texts, confs, strict=True)]
         n = len(words)
         return WordNet(words, list(range(n)), list(range(1, n + 1)), n, n + 1)
     tokens = parse_tokens(text)
+    token_confs: list[float | None] = [None] * len(tokens)
+    if confidences is not None:
+        word_at = [k for k, token in enumerate(tokens) if token not in _ALT_MARKS]
+        for k, conf in zip(word_at, confidences, strict=True):
+            token_confs[k] = conf
     net = WordNet()
     seq, _ = _parse_seq(tokens, 0)
     net.stop = net.new_node() if seq else 0
     if seq:
-        _emit(seq, 0, net.stop, net, optional, fragments, chars)
+        _emit(seq, 0, net.stop, net, _Reader(tokens, token_confs, optional, fragments, chars))
     return net
 
 
-def word_of(token: str, optional: bool, fragments: bool) -> Word:
+def word_of(token: str, optional: bool, fragments: bool, conf: float | None = None) -> Word:
     """A word as sclite reads it: tags dropped, ``(w)`` optional under ``-D``, ``w-``/``-w`` fragments under ``-F``."""
     value = _TAG_SPLIT.split(token, maxsplit=1)[0].replace("\\;", ";")
     if value.endswith("*") and len(value) > 1:
@@ -130,7 +148,7 @@ def word_of(token: str, optional: bool, fragments: bool) -> Word:
     if optional and len(value) >= 2 and value[0] == "(" and value[-1] == ")":
         key, is_opt = value[1:-1], True
     frag = fragments and len(key) > 0 and (key[0] == "-" or key[-1] == "-")
-    return Word(value, key, value == NULL_WORD, is_opt, frag)
+    return Word(value, key, value == NULL_WORD, is_opt, frag, conf)
 
 
 def split_chars(word: str, mode: CharMode) -> list[str]:
@@ -148,7 +166,19 @@ def split_chars(word: str, mode: CharMode) -> list[str]:
     return out
 
 
-_Seq = list  # items: str (a word) or list[_Seq] (an alternation)
+_Seq = list  # items: int (a word: its index in the tokens) or list[_Seq] (an alternation)
+_ALT_MARKS = frozenset("{/}")
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """What turns a parsed token into its arcs: the tokens, their confidences and the -D/-F/-c options."""
+
+    tokens: list[str]
+    confs: list[float | None]
+    optional: bool
+    fragments: bool
+    chars: CharMode | None
 
 
 def _parse_seq(tokens: list[str], i: int) -> tuple[_Seq, int]:
@@ -170,23 +200,24 @@ def _parse_seq(tokens: list[str], i: int) -> tuple[_Seq, int]:
                 i += 1  # past '/'
             seq.append(alternatives)
             continue
-        seq.append(token)
+        seq.append(i)
         i += 1
     return seq, i
 
 
-def _emit(seq: _Seq, src: int, dst: int, net: WordNet, optional: bool, fragments: bool, chars: CharMode | None) -> None:
+def _emit(seq: _Seq, src: int, dst: int, net: WordNet, reader: _Reader) -> None:
     """Add the arcs of ``seq`` from node ``src`` to node ``dst``."""
     for k, item in enumerate(seq):
         end = dst if k == len(seq) - 1 else net.new_node()
         if isinstance(item, list):
             for alt in item:
                 if alt:
-                    _emit(alt, src, end, net, optional, fragments, chars)
+                    _emit(alt, src, end, net, reader)
                 else:
                     net.add(Word(NULL_WORD, NULL_WORD, null=True), src, end)
         else:
-            _add_word(word_of(item, optional, fragments), src, end, net, chars)
+            word = word_of(reader.tokens[item], reader.optional, reader.fragments, reader.confs[item])
+            _add_word(word, src, end, net, reader.chars)
         src = end
 
 
@@ -199,5 +230,6 @@ def _add_word(word: Word, src: int, dst: int, net: WordNet, chars: CharMode | No
     for k, part in enumerate(parts):
         end = dst if k == len(parts) - 1 else net.new_node()
         text = f"({part})" if word.optional else part
-        net.add(Word(text, part, part == NULL_WORD, word.optional, word.fragment and len(parts) == 1), src, end)
+        frag = word.fragment and len(parts) == 1
+        net.add(Word(text, part, part == NULL_WORD, word.optional, frag, word.conf), src, end)
         src = end
