@@ -26,7 +26,7 @@ from pathlib import Path
 
 from srupp_asr.errors import UserError
 from srupp_asr.scoring.align import align_net_batch
-from srupp_asr.scoring.formats import CtmToken, data_lines, read_ctm, read_stm, split_trn_id
+from srupp_asr.scoring.formats import CtmToken, StmSegment, data_lines, read_ctm, read_stm, split_trn_id
 from srupp_asr.scoring.sclite_report import ScoredUtterance, pra_text, summary_table
 from srupp_asr.scoring.wordnet import CharMode, WordNet, build_net, parse_tokens
 
@@ -36,7 +36,6 @@ _REFUSED = {
     "-w": "word-weight alignment",
     "-L": "language-model-weighted alignment",
     "-d": "GNU diff alignment",
-    "-m": "reducing ref/hyp to their intersection",
     "-T": "time-mediated alignment",
     "-P": "SGML input",
     "-g": "SGML input",
@@ -69,6 +68,8 @@ class Options:
     stdout: bool = False
     out_dir: str | None = None
     name: str | None = None
+    reduce_ref: bool = False
+    reduce_hyp: bool = False
 
 
 def parse_args(argv: Sequence[str]) -> Options:
@@ -107,6 +108,11 @@ def parse_args(argv: Sequence[str]) -> Options:
             opts.fragments = True
         elif flag == "-D":
             opts.optional = True
+        elif flag == "-m":
+            sides = values(2) or ["ref"]
+            if not set(sides) <= {"ref", "hyp"}:
+                raise UserError(f"sclite: -m takes ref and/or hyp, got {' '.join(sides)!r}")
+            opts.reduce_ref, opts.reduce_hyp = "ref" in sides, "hyp" in sides
         elif flag == "-s":
             opts.case_sensitive = True
         elif flag == "-c":
@@ -209,29 +215,64 @@ class _CtmItem:
     mid: float
     text: str
     confs: tuple[float | None, ...]
+    kept: bool = True  # False: outside the reference's time range under -m hyp
 
 
-def _ctm_items(tokens: Sequence[CtmToken]) -> list[_CtmItem]:
-    """A channel's CTM words as items with their midpoints and their words' confidences."""
+def _ctm_items(tokens: Sequence[CtmToken], keep: tuple[float, float] | None = None) -> list[_CtmItem]:
+    """A channel's CTM words as items with their midpoints and their words' confidences.
+
+    ``keep`` (``-m hyp``): the time range (begin, end) of the reference; a word wholly outside it is not kept, an
+    alternation block only when none of its words is kept."""
     items: list[_CtmItem] = []
     block: list[str] | None = None
     confs: list[float | None] = []
-    mid = 0.0
+    mid, kept = 0.0, False
     for tok in tokens:
+        inside = keep is None or tok.start is None or not (tok.start > keep[1] or tok.start + tok.duration < keep[0])
         if tok.word == "<ALT_BEGIN>":
-            block, confs, mid = ["{"], [], 0.0
+            block, confs, mid, kept = ["{"], [], 0.0, False
         elif tok.word == "<ALT>" and block is not None:
             block.append("/")
         elif tok.word == "<ALT_END>" and block is not None:
-            items.append(_CtmItem(mid, " ".join([*block, "}"]), tuple(confs)))
+            items.append(_CtmItem(mid, " ".join([*block, "}"]), tuple(confs), kept))
             block = None
         elif block is not None:
             block.append(tok.word)
             confs.append(tok.confidence)
-            mid = max(mid, tok.start + tok.duration / 2)
+            mid, kept = max(mid, tok.start + tok.duration / 2), kept or inside
         else:
-            items.append(_CtmItem(tok.start + tok.duration / 2, tok.word, (tok.confidence,)))
+            items.append(_CtmItem(tok.start + tok.duration / 2, tok.word, (tok.confidence,), inside))
     return items
+
+
+def _segment_words(segs: Sequence[StmSegment], tokens: Sequence[CtmToken], opts: Options) -> list[tuple]:
+    """(segment, its CTM items) of one channel, as sclite gives words to segments: in time order, each to the
+    first segment ending after its midpoint, the last segment taking the rest.
+
+    ``-m ref`` leaves out the segments outside the hypothesis words' time range (their words go to the next
+    segment scored); ``-m hyp`` the words outside the remaining segments' range."""
+    scored = [True] * len(segs)
+    timed = [tok for tok in tokens if tok.start is not None]
+    if opts.reduce_ref and timed:
+        begin, end = timed[0].start, timed[-1].start + timed[-1].duration
+        scored = [not (begin >= seg.end or end <= seg.start) for seg in segs]
+    keep = None
+    if opts.reduce_hyp:
+        kept = [seg for seg, ok in zip(segs, scored, strict=True) if ok]
+        keep = (min(s.start for s in kept), max(s.end for s in kept)) if kept else (float("inf"), float("-inf"))
+    items = _ctm_items(tokens, keep)
+    out, cur = [], 0
+    for k, seg in enumerate(segs):
+        if not scored[k]:
+            continue
+        end = len(items)
+        if k < len(segs) - 1:
+            end = cur
+            while end < len(items) and items[end].mid < seg.end:
+                end += 1
+        out.append((seg, [item for item in items[cur:end] if item.kept]))
+        cur = end
+    return out
 
 
 def _hyp_net(items: Sequence[_CtmItem], opts: Options) -> WordNet:
@@ -257,15 +298,7 @@ def score_stm_ctm(opts: Options) -> list[ScoredUtterance]:
     pairs, meta = [], []
     sentences: dict[str, int] = {}
     for key, segs in ref_channels.items():
-        items = _ctm_items(channels.get(key, []))
-        cur = 0
-        for k, seg in enumerate(segs):
-            end = len(items)
-            if k < len(segs) - 1:
-                end = cur
-                while end < len(items) and items[end].mid < seg.end:
-                    end += 1
-            words, cur = items[cur:end], end
+        for seg, words in _segment_words(segs, channels.get(key, []), opts):
             if IGNORE_MARK in seg.text.lower().replace("_", ""):
                 continue
             speaker = fold_case(seg.speaker, opts)
