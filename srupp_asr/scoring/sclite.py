@@ -28,7 +28,7 @@ from srupp_asr.errors import UserError
 from srupp_asr.scoring.align import align_net_batch
 from srupp_asr.scoring.formats import CtmToken, StmSegment, data_lines, read_ctm, read_stm, split_trn_id
 from srupp_asr.scoring.sclite_report import ScoredUtterance, pra_text, summary_table
-from srupp_asr.scoring.wordnet import CharMode, WordNet, build_net, parse_tokens
+from srupp_asr.scoring.wordnet import CharMode, WordNet, build_net, parse_tokens, word_positions
 
 ID_TYPES = ("rm", "wsj", "spu_id", "swb", "sp", "atis")
 _REFUSED = {
@@ -279,7 +279,7 @@ def _hyp_net(items: Sequence[_CtmItem], opts: Options) -> WordNet:
     """The hypothesis network of a segment's CTM items, each word with its confidence when the CTM has them."""
     text = " ".join(item.text for item in items)
     confs = [c for item in items for c in item.confs]
-    words = sum(token not in "{/}" for token in parse_tokens(text)) if any(c is not None for c in confs) else -1
+    words = len(word_positions(parse_tokens(text))) if any(c is not None for c in confs) else -1
     return _net(text, opts, confs if words == len(confs) else None)
 
 

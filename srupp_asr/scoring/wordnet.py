@@ -99,7 +99,7 @@ def parse_tokens(text: str) -> list[str]:
     out: list[str] = []
     depth = 0
     for token in _TOKEN.findall(text):
-        depth += (token == "{") - (token == "}")
+        depth = max(0, depth + (token == "{") - (token == "}"))  # a stray '}' is a word
         if depth > 0 and "/" in token and token != "/":
             out += [part for part in re.split(r"(/)", token) if part]
         else:
@@ -128,8 +128,7 @@ def build_net(
     tokens = parse_tokens(text)
     token_confs: list[float | None] = [None] * len(tokens)
     if confidences is not None:
-        word_at = [k for k, token in enumerate(tokens) if token not in _ALT_MARKS]
-        for k, conf in zip(word_at, confidences, strict=True):
+        for k, conf in zip(word_positions(tokens), confidences, strict=True):
             token_confs[k] = conf
     net = WordNet()
     seq, _ = _parse_seq(tokens, 0)
@@ -137,6 +136,20 @@ def build_net(
     if seq:
         _emit(seq, 0, net.stop, net, _Reader(tokens, token_confs, optional, fragments, chars))
     return net
+
+
+def word_positions(tokens: Sequence[str]) -> list[int]:
+    """The indices of the words among :func:`parse_tokens` tokens (not the marks ``{``, and ``/``, ``}`` inside
+    an alternation)."""
+    out, depth = [], 0
+    for k, token in enumerate(tokens):
+        if token == "{":
+            depth += 1
+        elif depth and token in ("/", "}"):
+            depth -= token == "}"
+        else:
+            out.append(k)
+    return out
 
 
 def word_of(token: str, optional: bool, fragments: bool, conf: float | None = None) -> Word:
@@ -167,7 +180,6 @@ def split_chars(word: str, mode: CharMode) -> list[str]:
 
 
 _Seq = list  # items: int (a word: its index in the tokens) or list[_Seq] (an alternation)
-_ALT_MARKS = frozenset("{/}")
 
 
 @dataclass(frozen=True)
@@ -181,18 +193,19 @@ class _Reader:
     chars: CharMode | None
 
 
-def _parse_seq(tokens: list[str], i: int) -> tuple[_Seq, int]:
-    """Items from ``tokens[i]`` up to an unmatched ``/`` or ``}`` (or the end)."""
+def _parse_seq(tokens: list[str], i: int, nested: bool = False) -> tuple[_Seq, int]:
+    """Items from ``tokens[i]`` up to the end or, inside an alternation, its next ``/`` or ``}``; outside one,
+    ``/`` and ``}`` are words (sclite reads ``a / b`` as three words)."""
     seq: _Seq = []
     while i < len(tokens):
         token = tokens[i]
-        if token in ("/", "}"):
+        if nested and token in ("/", "}"):
             return seq, i
         if token == "{":
             alternatives = []
             i += 1
             while True:
-                alt, i = _parse_seq(tokens, i)
+                alt, i = _parse_seq(tokens, i, nested=True)
                 alternatives.append(alt)
                 if i >= len(tokens) or tokens[i] == "}":
                     i += 1
