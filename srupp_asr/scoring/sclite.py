@@ -42,8 +42,24 @@ _REFUSED = {
 }
 _REPORTS = {"sum": "sys", "rsum": "raw", "pralign": "pra"}
 _ENCODINGS = {"utf-8": "utf-8", "gb": "gb18030", "euc": "euc-jp"}
-_FOLDS = ("babel_turkish", "babel_vietnamese", "ukrainian")
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# The letters sclite lowercases beside ASCII's under each -e utf-8 localization (measured letter by letter with
+# sctk sclite over U+0080-U+1FFF: 'generic' and none fold ASCII only). Turkish I is dotless ı.
+_FOLD_LETTERS = {
+    "generic": "",
+    "babel_turkish": "ÇÖÜĞŞİ",
+    "babel_vietnamese": "ÀÁÂÃÈÉÊÌÍÒÓÔÕÙÚÝĂĐĨŨƠƯẠẢẤẦẨẪẬẮẰẲẴẶẸẺẼẾỀỂỄỆỈỊỌỎỐỒỔỖỘỚỜỞỠỢỤỦỨỪỬỮỰỲỴỶỸ",
+    "ukrainian": "".join(map(chr, range(0x400, 0x430))) + "Ґ",  # not in Debian's sclite: Cyrillic capitals
+}
+_FOLDS = tuple(_FOLD_LETTERS)
+_LOWER = {
+    name: str.maketrans(
+        _ASCII_UPPER + letters,
+        ("abcdefghıjklmnopqrstuvwxyz" if name == "babel_turkish" else _ASCII_UPPER.lower())
+        + "".join(c.lower()[0] for c in letters),
+    )
+    for name, letters in {None: "", **_FOLD_LETTERS}.items()
+}
 # sclite also skips the mark written without underscores (SCTK test3a): compared without them, any case.
 IGNORE_MARK = "ignoretimesegmentinscoring"
 
@@ -159,15 +175,11 @@ def _expand_reports(words: Sequence[str]) -> list[str]:
 
 
 def fold_case(text: str, opts: Options) -> str:
-    """sclite's case folding: ASCII only for 8-bit text, Unicode under ``-e utf-8`` (Turkish dotted/dotless i
-    under ``babel_turkish``); nothing under ``-s``."""
+    """sclite's case folding: ASCII letters, and under ``-e utf-8 LOCALIZATION`` that language's letters (Turkish
+    I to dotless ı); nothing under ``-s``. Other letters keep their case, as in sclite."""
     if opts.case_sensitive:
         return text
-    if opts.encoding != "utf-8":
-        return text.translate(_ASCII_LOWER)
-    if opts.fold == "babel_turkish":
-        text = text.replace("I", "ı").replace("İ", "i")
-    return text.lower()
+    return text.translate(_LOWER[opts.fold if opts.encoding == "utf-8" else None])
 
 
 def speaker_of(utt_id: str, id_type: str) -> str:
