@@ -491,7 +491,7 @@ def build_with_weights(
     config asking for a huge network fails on the shapes instead of exhausting memory. ``check(skeleton)`` runs in
     between."""
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _SkipInit():
             skeleton = make()
     except (TypeError, ValueError) as err:
         raise UserError(f"{config_path}: bad {what} settings ({first_line(err)})") from None
@@ -500,6 +500,19 @@ def build_with_weights(
     problem = weights_problem(skeleton, read_weight_shapes(weights))
     if problem:
         raise UserError(f"{weight_files(weights).path}: {problem}")
-    module = make()
+    with _SkipInit():  # every parameter and buffer is then loaded (strict), so drawing random ones would be waste
+        module = make()
     module.load_state_dict(read_weights(weights), strict=True)
     return module
+
+
+class _SkipInit(torch.overrides.TorchFunctionMode):
+    """Calls of ``torch.nn.init`` functions return their tensor untouched (as Lightning's empty init does). On the
+    meta device this also keeps torch from importing ``torch._dynamo`` (1.5 s and about 250 MB: its meta kernels of
+    the random fills are compiled references), and on the CPU it skips drawing weights that loading overwrites."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return kwargs["tensor"] if "tensor" in kwargs else args[0]
+        return func(*args, **kwargs)

@@ -154,7 +154,9 @@ class SRUppLayer(nn.Module):
         return h[0], LayerState(c, keys, values)
 
 
-_eager_recurrence = torch.compiler.disable(sru_recurrence)
+# torch.compiler.disable would import torch._dynamo (1.5 s, sympy and triton) when this module is imported, for
+# inference too; torch's own lazy form imports it at the first call, which only a compiled graph makes.
+_eager_recurrence = torch._disable_dynamo(sru_recurrence)
 
 
 def attention_key_mask(mask: torch.Tensor) -> torch.Tensor:
