@@ -1,19 +1,21 @@
 """``srupp-asr sclite``: NIST sclite's command line and reports, on the package's reader and aligner.
 
-``srupp-asr sclite -r REF [trn|stm] -h HYP [trn|ctm] [TITLE] -i wsj -o sum rsum pralign -O DIR -n NAME`` scores
-as sclite (NIST SCTK) does and writes ``NAME.sys``, ``NAME.raw`` and ``NAME.pra`` in its layout:
+``srupp-asr sclite -r REF [trn|stm] -h HYP [trn|ctm] [TITLE] -i wsj -o sum rsum pralign dtl sgml -O DIR -n NAME``
+scores as sclite (NIST SCTK) does and writes ``NAME.sys``, ``NAME.raw``, ``NAME.pra``, ``NAME.dtl`` and (trn
+scoring) ``NAME.sgml`` in its layout; CTM confidences add sclite's NCE column to ``.sys``/``.raw``:
 
 - trn against trn: the hypothesis file drives; each hypothesis id's reference is found case-insensitively (both
   lines are case-folded unless ``-s``); the speaker is taken from the id as ``-i`` says.
 - STM against CTM: per recording and channel, hypothesis words are given to reference segments in time order: a
   word (an alternation block, by its latest word) belongs to the first segment whose end time is later than its
   midpoint, the channel's last segment takes the rest; segments marked ``IGNORE_TIME_SEGMENT_IN_SCORING`` drop
-  their words. Utterance ids are ``SPEAKER-NNN``.
+  their words. Utterance ids are ``SPEAKER-NNN``. ``-m ref`` / ``-m hyp`` leave out the segments outside the
+  hypothesis' time range / the words outside the reference's.
 - ``-D`` optional words ``(uh)``, ``-F`` fragments, ``-c [DH] [NOASCII]`` characters: see
   :mod:`srupp_asr.scoring.wordnet`. Alignment: :func:`srupp_asr.scoring.align.align_net_batch`.
 
-Options sclite has that this does not (``-S``, ``-w``, ``-L``, ``-d``, ``-m``, ``-T``, ``-P`` SGML input) are
-refused in one line naming the option.
+Options sclite has that this does not (``-S``, ``-w``, ``-L``, ``-d``, ``-T``, ``-P`` SGML input) are refused in
+one line naming the option.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from srupp_asr.errors import UserError
 from srupp_asr.scoring.align import align_net_batch
 from srupp_asr.scoring.formats import CtmToken, StmSegment, data_lines, read_ctm, read_stm, split_trn_id
-from srupp_asr.scoring.sclite_report import ScoredUtterance, pra_text, summary_table
+from srupp_asr.scoring.sclite_report import ScoredUtterance, SgmlHeader, dtl_text, pra_text, sgml_text, summary_table
 from srupp_asr.scoring.wordnet import CharMode, WordNet, build_net, parse_tokens, word_positions
 
 ID_TYPES = ("rm", "wsj", "spu_id", "swb", "sp", "atis")
@@ -40,7 +42,7 @@ _REFUSED = {
     "-P": "SGML input",
     "-g": "SGML input",
 }
-_REPORTS = {"sum": "sys", "rsum": "raw", "pralign": "pra"}
+_REPORTS = {"sum": "sys", "rsum": "raw", "pralign": "pra", "dtl": "dtl", "sgml": "sgml"}
 _ENCODINGS = {"utf-8": "utf-8", "gb": "gb18030", "euc": "euc-jp"}
 _ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 # The letters sclite lowercases beside ASCII's under each -e utf-8 localization (measured letter by letter with
@@ -160,6 +162,10 @@ def parse_args(argv: Sequence[str]) -> Options:
         raise UserError(
             f"sclite: -r {opts.ref_format} against -h {opts.hyp_format} is not supported (trn/trn and stm/ctm are)"
         )
+    if "sgml" in opts.reports and opts.ref_format == "stm":
+        # sclite's STM/CTM paths carry every word's times (word_aux), which the aligner here does not keep.
+        print("sclite: warning: report 'sgml' is written for trn scoring only by srupp-asr sclite", file=sys.stderr)
+        opts.reports.remove("sgml")
     return opts
 
 
@@ -329,10 +335,15 @@ def sclite(opts: Options) -> list[ScoredUtterance]:
     """Score as ``opts`` say and write the reports; returns the scored utterances."""
     utts = score_trn(opts) if opts.ref_format == "trn" else score_stm_ctm(opts)
     title = opts.title or opts.hyp
+    header = SgmlHeader(
+        title, opts.ref, opts.hyp, opts.fragments, opts.optional, opts.chars is not None, opts.case_sensitive
+    )
     texts = {
         "sum": lambda: summary_table(utts, title, raw=False, chars=opts.chars is not None),
         "rsum": lambda: summary_table(utts, title, raw=True, chars=opts.chars is not None),
         "pralign": lambda: pra_text(utts, title),
+        "dtl": lambda: dtl_text(utts, title, opts.encoding),
+        "sgml": lambda: sgml_text(utts, header),
     }
     out_dir = Path(opts.out_dir) if opts.out_dir else Path(opts.hyp).parent
     name = opts.name or Path(opts.hyp).name

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from srupp_asr.scoring.align import CORRECT, DELETION, Alignment, Counts, fmt_rate
+from srupp_asr.scoring.align import CORRECT, DELETION, INSERTION, SUBSTITUTION, Alignment, Counts, fmt_rate
 
 WIDTH = 80
 _RATE_HEAD = " Corr    Sub    Del    Ins    Err  S.Err "
@@ -228,3 +230,115 @@ def _pra_utterance(utt: ScoredUtterance) -> list[str]:
         lines += ["REF:  " + " ".join(ref) + " ", "HYP:  " + " ".join(hyp) + " ", "Eval: " + " ".join(ev) + " "]
     lines.append("")
     return lines
+
+
+def _dtl_list(title: str, counter: Counter, encoding: str) -> list[str]:
+    """One list of the .dtl report: most frequent first, ties in byte order of the text (as sclite sorts)."""
+    rows = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0].encode(encoding, errors="replace")))
+    out = [
+        title.ljust(33) + "Total".ljust(22) + f"({len(rows)})",
+        " " * 33 + f"With >= {1:2d} occurrences ({len(rows)})",
+    ]
+    out.append("")
+    out += [f"{k:4d}:{count:5d}  ->  {text}" for k, (text, count) in enumerate(rows, start=1)]
+    return [*out, "     -------", f"{sum(counter.values()):10d}"]
+
+
+_DTL_NOTES = {
+    "SUBSTITUTIONS": [
+        "* NOTE: The 'Substitution' words are those reference words",
+        "        for which the recognizer supplied an incorrect word.",
+    ],
+    "FALSELY RECOGNIZED": [
+        "* NOTE: The 'Falsely Recognized' words are those hypothesis words",
+        "        which the recognizer incorrectly substituted for a reference word.",
+    ],
+}
+
+
+def dtl_text(utterances: Sequence[ScoredUtterance], title: str, encoding: str = "utf-8") -> str:
+    """The ``.dtl`` report: sentence and word totals, then the confusion pairs and the inserted, deleted,
+    substituted and falsely recognized words with their counts."""
+    total = sum((u.alignment.counts for u in utterances), Counts())
+    with_op = {op: sum(op in u.alignment.ops for u in utterances) for op in (SUBSTITUTION, DELETION, INSERTION)}
+
+    def sentence_row(label: str, n: int) -> str:
+        return label.ljust(40) + f"{fmt_rate(total.percent(n, of_sentences=True)):>5}%   ({n:4d})"
+
+    def word_row(label: str, n: int) -> str:
+        return label.ljust(26) + f"= {fmt_rate(total.percent(n)):>6}%   ({n:4d})"
+
+    accuracy = None if total.error_rate is None else 100.0 - total.error_rate
+    lines = [f"DETAILED OVERALL REPORT FOR THE SYSTEM: {title}", "", "SENTENCE RECOGNITION PERFORMANCE", ""]
+    lines += [" sentences".ljust(40) + f"{total.sentences:14d}", sentence_row(" with errors", total.sentence_errors)]
+    lines += ["", sentence_row("   with substitutions", with_op[SUBSTITUTION])]
+    lines += [
+        sentence_row("   with deletions", with_op[DELETION]),
+        sentence_row("   with insertions", with_op[INSERTION]),
+    ]
+    lines += ["", "", "WORD RECOGNITION PERFORMANCE", "", word_row("Percent Total Error", total.errors), ""]
+    lines += [word_row("Percent Correct", total.correct), "", word_row("Percent Substitution", total.substitutions)]
+    lines += [word_row("Percent Deletions", total.deletions), word_row("Percent Insertions", total.insertions)]
+    lines += ["Percent Word Accuracy".ljust(26) + f"= {fmt_rate(accuracy):>6}%", "", ""]
+    hyp_words = total.correct + total.substitutions + total.insertions
+    for label, n in (
+        ("Ref. words", total.tokens),
+        ("Hyp. words", hyp_words),
+        ("Aligned words", hyp_words + total.deletions),
+    ):
+        lines.append(label.ljust(26) + f"=           ({n:4d})")
+    lines.append("")
+    columns = [(r, h, op) for u in utterances for r, h, op in u.alignment.columns() if op != CORRECT]
+    lists = {
+        "CONFUSION PAIRS": Counter(f"{r} ==> {h}" for r, h, op in columns if op == SUBSTITUTION),
+        "INSERTIONS": Counter(h for _, h, op in columns if op == INSERTION),
+        "DELETIONS": Counter(r for r, _, op in columns if op == DELETION),
+        "SUBSTITUTIONS": Counter(r for r, _, op in columns if op == SUBSTITUTION),
+        "FALSELY RECOGNIZED": Counter(h for _, h, op in columns if op == SUBSTITUTION),
+    }
+    for k, (name, counter) in enumerate(lists.items()):
+        lines += _dtl_list(name, counter, encoding)
+        if name in _DTL_NOTES:
+            lines += ["", "", *_DTL_NOTES[name], ""]
+            lines += [""] if k < len(lists) - 1 else []
+        else:
+            lines += ["", "", ""]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class SgmlHeader:
+    """What the ``.sgml`` report's SYSTEM line says of the run."""
+
+    title: str
+    ref_file: str
+    hyp_file: str
+    fragments: bool
+    optional: bool
+    chars: bool = False
+    case_sensitive: bool = False
+
+
+def sgml_text(utterances: Sequence[ScoredUtterance], head: SgmlHeader) -> str:
+    """The ``.sgml`` report of trn scoring: every utterance's alignment as ``EVAL,"ref","hyp"`` items, by speaker."""
+    flag = {True: "TRUE", False: "FALSE"}
+    lines = [
+        f'<SYSTEM title="{head.title}" ref_fname="{head.ref_file}" hyp_fname="{head.hyp_file}"'
+        f' creation_date="{time.ctime()}" format="2.4" frag_corr="{flag[head.fragments]}"'
+        f' opt_del="{flag[head.optional]}" weight_ali="FALSE" weight_filename="">'
+    ]
+    sequence = {id(u): k for k, u in enumerate(utterances)}
+    attrib = (' char_align="1"' if head.chars else "") + (' case_sense="1"' if head.case_sensitive else "")
+    for name, utts in by_speaker(utterances).items():
+        lines.append(f'<SPEAKER id="{name}">')
+        for utt in utts:
+            items = []
+            for r, h, op in utt.alignment.columns():
+                ref = "" if op == INSERTION else f'"{r}"'
+                hyp = "" if op == DELETION else f'"{h}"'
+                items.append(f"{op},{ref},{hyp}")
+            lines.append(f'<PATH id="({utt.utt_id})" word_cnt="{len(items)}" sequence="{sequence[id(utt)]}"{attrib}>')
+            lines += [":".join(items), "</PATH>"]
+        lines.append("</SPEAKER>")
+    lines.append("</SYSTEM>")
+    return "\n".join(lines) + "\n"
