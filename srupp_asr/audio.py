@@ -63,6 +63,9 @@ _ROLLOFF = 0.99
 # rate under this bound instead (22050 Hz: a 45 ppm change of speed). Every common rate is far below it.
 _MAX_KERNEL = 1 << 20
 MIN_FILE_RATE = 1000  # Hz; below this a header is damaged or not speech (1 Hz would be upsampled 16000 times)
+# Hz; above this a header or a sample_rate argument is wrong (the highest audio rates are 768 kHz): 10^12 Hz asked
+# torchaudio for a 26 GB resampling kernel.
+MAX_FILE_RATE = 1_000_000
 # Frames decoded per call at most: a damaged MP3 header can promise 10^12 frames, which must not become one allocation.
 _READ_PIECE = 1 << 24
 # A peak beyond this many times full scale (float audio is expected within +-1) is warned about: clipped to +-1,
@@ -200,10 +203,10 @@ class AudioReader:
                 )
         if f.frames <= 0:
             raise UserError(f"{self.path}: holds no audio samples")
-        if f.samplerate < MIN_FILE_RATE:
+        if not MIN_FILE_RATE <= f.samplerate <= MAX_FILE_RATE:
             raise UserError(
-                f"{self.path}: not a readable audio file (its sample rate, {f.samplerate} Hz, is below "
-                f"{MIN_FILE_RATE} Hz: a damaged header or not speech)"
+                f"{self.path}: not a readable audio file (its sample rate, {f.samplerate} Hz, is outside "
+                f"{MIN_FILE_RATE}-{MAX_FILE_RATE} Hz: a damaged header or not speech)"
             )
 
     def _truncation(self) -> str | None:
@@ -349,8 +352,10 @@ class SamplesReader:
             raise UserError(f"{name}: audio given as samples needs its sample_rate (e.g. sample_rate=16000)")
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, int | np.integer):
             raise UserError(f"{name}: sample_rate must be a whole number of Hz, got {sample_rate!r}")
-        if sample_rate < MIN_FILE_RATE:
-            raise UserError(f"{name}: sample_rate {sample_rate} Hz is below {MIN_FILE_RATE} Hz (not speech)")
+        if not MIN_FILE_RATE <= sample_rate <= MAX_FILE_RATE:
+            raise UserError(
+                f"{name}: sample_rate {sample_rate} Hz is outside {MIN_FILE_RATE}-{MAX_FILE_RATE} Hz (not speech audio)"
+            )
         data = samples.detach().cpu().numpy() if isinstance(samples, torch.Tensor) else np.asarray(samples)
         if data.dtype.name in _INTEGER_SCALES:
             data = data.astype(np.float32) / _INTEGER_SCALES[data.dtype.name]

@@ -59,12 +59,18 @@ class _MonitorState:
 def _monitor_states(ckpt: Mapping[str, Any]) -> list[_MonitorState]:
     """The states of the ModelCheckpoint callbacks (with a monitored metric) stored in ``ckpt``."""
     states = []
-    for key, state in (ckpt.get("callbacks") or {}).items():
+    callbacks = ckpt.get("callbacks")
+    for key, state in callbacks.items() if isinstance(callbacks, dict) else ():
         if not isinstance(state, dict) or not state.get("monitor") or not isinstance(state.get("best_k_models"), dict):
             continue
-        scores = {Path(p).name: float(v) for p, v in state["best_k_models"].items()}
-        last = state.get("last_model_path")
-        states.append(_MonitorState(state["monitor"], _mode_of(key), scores, Path(last).name if last else None))
+        try:  # a crafted state (a score that is no number, a path that is no text) is not a monitor's: left out
+            scores = {Path(p).name: float(v) for p, v in state["best_k_models"].items()}
+            last = state.get("last_model_path")
+            states.append(
+                _MonitorState(str(state["monitor"]), _mode_of(key), scores, Path(last).name if last else None)
+            )
+        except (TypeError, ValueError, RuntimeError):
+            continue
     return states
 
 

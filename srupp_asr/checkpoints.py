@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -41,12 +42,38 @@ def load_checkpoint(
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
-        raise UserError(f"{path}: torch.load(weights_only=True) refused it ({first_line(err)})") from None
+        raise UserError(f"{path}: {_unpickling_problem(err)}") from None
     except Exception as err:  # zip, EOF, or storage errors: all mean "not a readable checkpoint"
         raise UserError(f"{path}: not a readable PyTorch checkpoint ({first_line(err)})") from None
-    if lightning and (not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict)):
-        raise UserError(f"{path}: not a Lightning checkpoint (it has no state_dict)")
+    problem = _lightning_problem(ckpt) if lightning else None
+    if problem:
+        raise UserError(f"{path}: {problem}")
     return ckpt
+
+
+def _unpickling_problem(err: pickle.UnpicklingError) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, without torch's advice to load it unsafely."""
+    found = re.search(r"^(?:Trying to load |WeightsUnpickler error: )?(Unsupported .*|unsupported .*)$", str(err), re.M)
+    detail = f": {found[1].rstrip('.')}" if found else ""
+    return f"holds Python objects other than tensors and plain data{detail} (refused unread: they could run code)"
+
+
+def _lightning_problem(ckpt: Any) -> str | None:
+    """What keeps ``ckpt`` from being a Lightning checkpoint as this package reads one, or None: a ``state_dict``
+    of named tensors, ``hyper_parameters`` a mapping and ``global_step`` a whole number when present (a crafted
+    file with ``[1, 2]`` or ``'abc'`` there must be one line, not a traceback where they are used)."""
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        return "not a Lightning checkpoint (it has no state_dict)"
+    for key, value in ckpt["state_dict"].items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            return f"state_dict entry {key!r} is {type(value).__name__}, not a tensor (not a Lightning checkpoint)"
+    hparams = ckpt.get("hyper_parameters")
+    if hparams is not None and not isinstance(hparams, dict):
+        return f"hyper_parameters is a {type(hparams).__name__}, not a mapping (not a Lightning checkpoint)"
+    step = ckpt.get("global_step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        return f"global_step is {step!r}, not a whole number (not a Lightning checkpoint)"
+    return None
 
 
 def remove_partials(folder: str | os.PathLike, keep: Path | None = None) -> list[Path]:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from srupp_asr import __version__
-from srupp_asr.errors import UserError, first_line
+from srupp_asr.errors import PROCESS_MEMORY_REMEDY, UserError, first_line, is_out_of_memory, out_of_memory_line
 from srupp_asr.interrupts import Terminated, sigterm_raises
 
 # command -> (module with its add_parser, one-line help shown by `srupp-asr --help`)
@@ -216,9 +216,13 @@ def _run(command: str, fn) -> int:
     except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as other tools do
         _silence_stdout()
         return 1
-    except OSError as err:
-        if os.environ.get("SRUPP_TRACEBACK") == "1":
-            raise
+    except Exception as err:
+        if os.environ.get("SRUPP_TRACEBACK") == "1" or not (isinstance(err, OSError) or is_out_of_memory(err)):
+            raise  # a bug keeps its traceback
+        if is_out_of_memory(err):  # a small `ulimit -v` at start-up (libtorch cannot be mapped), or a big job
+            line = out_of_memory_line(err, f"running {command}", PROCESS_MEMORY_REMEDY)
+            print(f"srupp-asr {command}: error: {line}", file=sys.stderr)
+            return 1
         print(f"srupp-asr {command}: error: {describe_os_error(err)}", file=sys.stderr)
         _silence_stdout()  # stdout itself may be what failed: its flush at exit must not print a traceback
         return 1

@@ -23,7 +23,6 @@ Training is :mod:`srupp_asr.lm_train` (``srupp-asr train-lm``).
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from srupp_asr.checks import check_size
+from srupp_asr.decoding.options import lm_weight_problem
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import read_yaml_mapping
 from srupp_asr.model_dir import (
@@ -167,34 +167,40 @@ def save_lm(
 
 
 def check_fusion_weight(value: Any, what: str) -> float:
-    """``value`` as a fusion weight (a finite number >= 0); a one-line UserError starting with ``what`` if not."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-    if not ok:
-        raise UserError(f"{what} must be a finite number >= 0, got {value!r}")
+    """``value`` as a fusion weight (:func:`~srupp_asr.decoding.options.lm_weight_problem`); a one-line UserError
+    starting with ``what`` if not."""
+    problem = lm_weight_problem(value)
+    if problem:
+        raise UserError(f"{what} {problem}")
     return float(value)
 
 
 def read_fusion_weight(lm_dir: str | os.PathLike) -> float | None:
     """The fusion weight recorded in ``lm_dir/config.yaml`` (None when it records none, as ``train-lm`` output);
     a missing or unreadable config, or a bad weight, is a one-line UserError naming the file."""
-    config_path = Path(lm_dir) / CONFIG_FILE
-    if not Path(lm_dir).is_dir():
-        raise UserError(f"{lm_dir}: LM directory not found")
-    if not config_path.is_file():
-        raise UserError(f"{config_path}: not found (not a srupp-asr LM directory)")
+    config_path = _lm_config_path(lm_dir)
     value = read_yaml_mapping(config_path, "LM config").get(FUSION_WEIGHT_KEY)
     return None if value is None else check_fusion_weight(value, f"{config_path}: {FUSION_WEIGHT_KEY}")
+
+
+def _lm_config_path(lm_dir: str | os.PathLike) -> Path:
+    """``lm_dir/config.yaml``; a one-line UserError when ``lm_dir`` is not a folder or holds no config (a config
+    that is there but not a regular file is refused as what it is when read)."""
+    lm_dir = Path(lm_dir)
+    if not lm_dir.is_dir():
+        what = "not a directory (an LM directory holds config.yaml, weights and tokenizer.model)"
+        raise UserError(f"{lm_dir}: {what if lm_dir.exists() else 'LM directory not found'}")
+    config_path = lm_dir / CONFIG_FILE
+    if not os.path.lexists(config_path):
+        raise UserError(f"{config_path}: not found (not a srupp-asr LM directory)")
+    return config_path
 
 
 def load_lm(lm_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[SRUppLM, Tokenizer]:
     """The LM (eval mode, on ``device``) and tokenizer of an LM directory; reads no pickle."""
     lm_dir = Path(lm_dir)
-    if not lm_dir.is_dir():
-        raise UserError(f"{lm_dir}: LM directory not found")
+    config_path = _lm_config_path(lm_dir)
     check_no_pickles(lm_dir)
-    config_path = lm_dir / CONFIG_FILE
-    if not config_path.is_file():
-        raise UserError(f"{config_path}: not found (not a srupp-asr LM directory)")
     data = read_yaml_mapping(config_path, "LM config")
     if data.get("format_version") != FORMAT_VERSION:
         raise UserError(f"{config_path}: unknown format_version {data.get('format_version')!r}")
@@ -206,7 +212,7 @@ def load_lm(lm_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tu
     def check_tokenizer(skeleton: torch.nn.Module) -> None:
         nonlocal tokenizer
         tokenizer_path = lm_dir / TOKENIZER_FILE
-        if not tokenizer_path.is_file():
+        if not os.path.lexists(tokenizer_path):  # there but not a file: the reader says what it is
             raise UserError(f"{tokenizer_path}: not found (an LM directory holds its tokenizer)")
         tokenizer = Tokenizer(tokenizer_path)
         if tokenizer.vocab_size != skeleton.vocab_size:

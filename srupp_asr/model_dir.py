@@ -37,8 +37,9 @@ import yaml
 
 from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.checkpoints import load_checkpoint
-from srupp_asr.errors import UserError, first_line
+from srupp_asr.errors import UserError, first_line, is_out_of_memory
 from srupp_asr.fileio import (
+    MAX_CONFIG_BYTES,
     atomic_output,
     atomic_write_text,
     make_temp_dir,
@@ -281,7 +282,7 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
 
     def check_tokenizer(skeleton: torch.nn.Module) -> None:
         nonlocal tokenizer
-        if not tokenizer_path.is_file():
+        if not os.path.lexists(tokenizer_path):  # there but not a file: the reader says what it is
             raise UserError(f"{tokenizer_path}: not found (a model directory holds its tokenizer)")
         tokenizer = Tokenizer(tokenizer_path)
         if tokenizer.vocab_size != skeleton.vocab_size:
@@ -343,7 +344,7 @@ def weight_files(path: str | os.PathLike) -> WeightFiles:
     if path.name != WEIGHTS_INDEX_FILE:
         return WeightFiles(path, {}, None)
     try:
-        index = json.loads(read_text(path, "weights index"))
+        index = json.loads(read_text(path, "weights index", MAX_CONFIG_BYTES))
     except (ValueError, RecursionError) as err:
         raise UserError(f"{path}: not valid JSON ({first_line(err)})") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
@@ -426,7 +427,7 @@ def _read_safetensors(path: Path, shapes_only: bool) -> dict[str, torch.Tensor]:
     try:
         with safe_open(path, framework="pt") as f:
             if not shapes_only:
-                return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+                return {k: _finite(path, k, f.get_tensor(k)) for k in f.keys()}  # noqa: SIM118
             slices = {k: f.get_slice(k) for k in f.keys()}  # noqa: SIM118
             unknown = sorted({s.get_dtype() for s in slices.values()} - _SAFETENSORS_DTYPES.keys())
             if unknown:
@@ -435,8 +436,26 @@ def _read_safetensors(path: Path, shapes_only: bool) -> dict[str, torch.Tensor]:
                 k: torch.empty(s.get_shape(), dtype=_SAFETENSORS_DTYPES[s.get_dtype()], device="meta")
                 for k, s in slices.items()
             }
+    except UserError:  # a non-finite weight: already one line
+        raise
     except Exception as err:  # safetensors reports a bad header, truncation or a bad dtype with its own error types
+        if is_out_of_memory(err):  # the file may be fine: the process could not map it
+            raise MemoryError(f"{path}: {first_line(err)}") from None
         raise UserError(f"{path}: not a readable safetensors file ({first_line(err)})") from None
+
+
+def _finite(path: Path, key: str, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` if every value is finite; else a UserError naming ``path`` and ``key``. One NaN in a weight
+    spreads to every output it feeds (one in the CTC head empties every transcript), so weights holding one are
+    refused when read, not decoded into empty or wrong text."""
+    if tensor.is_floating_point() or tensor.is_complex():
+        bad = tensor.numel() - int(torch.isfinite(tensor).sum())
+        if bad:
+            plural = "s" if bad > 1 else ""
+            raise UserError(
+                f"{path}: weight {key} holds {bad} NaN or infinite value{plural} (a damaged or diverged model)"
+            )
+    return tensor
 
 
 def read_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:

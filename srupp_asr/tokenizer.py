@@ -28,7 +28,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import atomic_output, check_regular_file
+from srupp_asr.fileio import MAX_TOKENIZER_BYTES, atomic_output, check_regular_file, read_bytes
 from srupp_asr.text import normalize_text
 
 BLANK = "<blank>"
@@ -50,11 +50,7 @@ class Tokenizer:
     def __init__(self, path: str | os.PathLike) -> None:
         """Load a tokenizer model written by :meth:`Tokenizer.train`."""
         self.path = Path(path)
-        try:
-            proto = self.path.read_bytes()
-        except OSError as err:
-            raise UserError(f"{path}: cannot read tokenizer model ({err.strerror or err})") from None
-        self._init_from_proto(proto)
+        self._init_from_proto(read_bytes(self.path, "tokenizer model", MAX_TOKENIZER_BYTES))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Tokenizer:

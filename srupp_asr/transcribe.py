@@ -45,7 +45,7 @@ from srupp_asr.decoding.cli import (
     fused_options,
     requested_options,
 )
-from srupp_asr.errors import UserError, first_line
+from srupp_asr.errors import DECODING_MEMORY_REMEDY, UserError, first_line, is_out_of_memory, out_of_memory_line
 from srupp_asr.inputs import default_model_candidates, find_inputs
 from srupp_asr.writers import (
     FORMATS,
@@ -259,6 +259,9 @@ def _report_failure(path: str, err: Exception, report: Callable[[str], None]) ->
     naming the file and the error, so that one file never stops a batch."""
     if isinstance(err, UserError):
         report(str(err))
+        return
+    if is_out_of_memory(err):
+        report(f"{printable(path)}: {out_of_memory_line(err, 'decoding', DECODING_MEMORY_REMEDY)}")
         return
     log.debug("transcribing %s failed", path, exc_info=err)
     report(f"{printable(path)}: internal error ({type(err).__name__}: {first_line(err)}); please report it")

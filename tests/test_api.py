@@ -102,6 +102,13 @@ def test_bad_samples_are_one_line_errors_and_the_others_go_on(loaded, utts):
         loaded.transcribe([samples, str(utts[0][0])], sample_rate=SAMPLE_RATE)
     with pytest.raises(UserError, match="sample_rate is for samples"):
         loaded.transcribe(utts[0][0], sample_rate=SAMPLE_RATE)
+    for rate in (10**12, 999):  # 10**12 Hz tried a 26 GB resampling kernel, then a bare RuntimeError
+        with pytest.raises(UserError, match=rf"^samples-1: sample_rate {rate} Hz is outside 1000-1000000 Hz"):
+            loaded.transcribe(samples, sample_rate=rate)
+    with pytest.raises(UserError, match=r"decoding options: beam must be an integer in \[1, 128\]"):
+        loaded.transcribe(samples, sample_rate=SAMPLE_RATE, decoding="joint", beam=10**9)  # tried 19.5 GB
+    with pytest.raises(UserError, match=r"decoding options: lm_weight must be a number in \[0, 1000\]"):
+        loaded.transcribe(samples, sample_rate=SAMPLE_RATE, decoding="joint", lm_weight=1e300)
     errors: list[str] = []
     bad = samples.copy()
     bad[100] = np.nan
@@ -177,7 +184,7 @@ def test_bad_decoding_keywords_are_one_line_errors(loaded, utts):
         loaded.transcribe(wav, beam_size=5)
     with pytest.raises(TypeError, match=r"as decoding= or as mode=, not both"):
         loaded.transcribe(wav, decoding="joint", mode="ctc_greedy")
-    with pytest.raises(UserError, match=r"^decoding options: beam must be an integer >= 1, got 0$"):
+    with pytest.raises(UserError, match=r"^decoding options: beam must be an integer in \[1, 128\] .*, got 0$"):
         loaded.transcribe(wav, beam=0)
     with pytest.raises(UserError, match=r"^decoding options: mode must be one of .*, got 'greedy'$"):
         loaded.transcribe(wav, decoding="greedy")

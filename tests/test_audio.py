@@ -744,7 +744,7 @@ def _bad_files(batch: Batch, utts) -> None:
         sf.write(bad / f"{name}.wav", samples, SAMPLE_RATE, subtype="FLOAT")
         add(f"{name}.wav", None, "it holds NaN or infinite samples")
     sf.write(bad / "rate_100hz.wav", w[:1000], 100)
-    add("rate_100hz.wav", None, f"its sample rate, 100 Hz, is below {MIN_FILE_RATE} Hz")
+    add("rate_100hz.wav", None, f"its sample rate, 100 Hz, is outside {MIN_FILE_RATE}-")
     os.symlink("nowhere.wav", bad / "dangling.wav")
     add("dangling.wav", None, "no such file")
     os.symlink("self_loop.wav", bad / "self_loop.wav")

@@ -547,7 +547,7 @@ def test_average_command_ships_an_lm_in_the_model_directory(tmp_path, char_token
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the LM's tokenizer differs from the ASR model's" in err
     assert main([*common, "--lm", str(lm_dir), "--lm-weight", "nan"]) == 2
-    assert "--lm-weight must be a finite number >= 0" in capsys.readouterr().err
+    assert "--lm-weight must be a number in [0, 1000], got nan" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == before and read_fusion_weight(out / "lm") == 0.45
 
 
@@ -769,3 +769,53 @@ def test_average_of_distinct_checkpoints_still_works(ckpts, char_tokenizer, tmp_
     out = tmp_path / "model"
     assert _average(char_tokenizer, out, *ckpts) == 0
     assert capsys.readouterr().out.startswith("averaged 2 checkpoints")
+
+
+def _crafted(path: Path, **changes) -> Path:
+    """A copy of checkpoint ``path`` with entries changed (``state_dict_entry`` adds one to its state_dict)."""
+    ckpt = torch.load(path, weights_only=True)
+    for key, value in changes.items():
+        if key == "state_dict_entry":
+            ckpt["state_dict"]["model.extra"] = value
+        else:
+            ckpt[key] = value
+    crafted = path.with_name(f"crafted-{path.name}")
+    torch.save(ckpt, crafted)
+    return crafted
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"hyper_parameters": [1, 2]}, "hyper_parameters is a list, not a mapping (not a Lightning checkpoint)"),
+        ({"global_step": "abc"}, "global_step is 'abc', not a whole number (not a Lightning checkpoint)"),
+        ({"global_step": float("nan")}, "global_step is nan, not a whole number (not a Lightning checkpoint)"),
+        ({"state_dict_entry": 7}, "state_dict entry 'model.extra' is int, not a tensor (not a Lightning checkpoint)"),
+        ({"callbacks": [1, 2]}, None),  # not a monitor's state: averaged, unranked
+    ],
+)
+def test_average_of_a_crafted_checkpoint_is_one_line_not_a_traceback(
+    ckpts, char_tokenizer, tmp_path, capsys, change, says
+):
+    crafted = _crafted(ckpts[1], **change)
+    out = tmp_path / "model"
+    status = _average(char_tokenizer, out, ckpts[0], crafted)
+    if says is None:
+        assert status == 0 and out.is_dir()
+        return
+    assert status == 2
+    assert one_line_error(capsys, "average") == f"{crafted}: {says}"
+    assert not out.exists()
+
+
+def test_a_checkpoint_holding_code_is_refused_without_torchs_advice_to_load_it_unsafely(
+    ckpts, char_tokenizer, tmp_path, capsys
+):
+    ckpt = torch.load(ckpts[1], weights_only=True)
+    ckpt["payload"] = os.system  # a pickled callable: torch.load(weights_only=True) refuses it
+    evil = tmp_path / "evil.ckpt"
+    torch.save(ckpt, evil)
+    assert _average(char_tokenizer, tmp_path / "model", ckpts[0], evil) == 2
+    line = one_line_error(capsys, "average")
+    assert line.startswith(f"{evil}: holds Python objects other than tensors and plain data: unsupported GLOBAL")
+    assert line.endswith("(refused unread: they could run code)") and "weights_only" not in line

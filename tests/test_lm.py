@@ -142,6 +142,57 @@ def test_an_lm_config_with_a_bad_value_is_one_line_naming_it(tmp_path, char_toke
         load_lm(lm_dir)
 
 
+@pytest.mark.parametrize(("key", "index"), [("out.bias", 5), ("embed.weight", (SOS_EOS_ID, 0)), ("norm.weight", 0)])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_an_lm_with_a_nan_or_inf_weight_is_refused_naming_the_tensor(tmp_path, char_tokenizer, key, index, value):
+    """+inf in out.bias or the <sos/eos> embedding row, or NaN anywhere, was fused by default: empty transcripts."""
+    from safetensors.torch import load_file, save_file
+
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
+    weights = load_file(lm_dir / "model.safetensors")
+    weights[key][index] = value
+    save_file(weights, lm_dir / "model.safetensors")
+    says = f"{lm_dir / 'model.safetensors'}: weight {key} holds 1 NaN or infinite value (a damaged or diverged model)"
+    with pytest.raises(UserError) as caught:
+        load_lm(lm_dir)
+    assert str(caught.value) == says
+
+
+@pytest.mark.parametrize("weight", ["1.0e+300", "3.4e+38", "1001", ".nan", "-0.5"])
+def test_a_fusion_weight_outside_its_range_is_refused_where_it_is_read(tmp_path, char_tokenizer, weight):
+    """1e300 is finite in float64, not in float32; 3.4e38 is finite in float32, its products with log-probabilities
+    are not: either emptied every transcript."""
+    from srupp_asr.lm import read_fusion_weight
+
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm", fusion_weight=0.5)
+    config = lm_dir / "config.yaml"
+    config.write_text(config.read_text().replace("fusion_weight: 0.5", f"fusion_weight: {weight}"))
+    with pytest.raises(UserError, match=rf"^{config}: fusion_weight must be a number in \[0, 1000\], got "):
+        read_fusion_weight(lm_dir)
+    with pytest.raises(ValueError, match=r"lm_weight must be a number in \[0, 1000\]"):
+        DecodingOptions("joint", lm_weight=float(weight.replace(".nan", "nan")))
+    assert DecodingOptions("joint", lm_weight=1000).lm_weight == 1000
+
+
+def test_an_lm_that_is_a_file_or_whose_config_is_a_pipe_is_named_as_such(tmp_path, char_tokenizer):
+    """Both were called "not found"."""
+    from srupp_asr.lm import read_fusion_weight
+
+    (tmp_path / "lm_file").write_text("x")
+    for read in (read_fusion_weight, load_lm):
+        with pytest.raises(UserError, match=r"lm_file: not a directory \(an LM directory holds config\.yaml"):
+            read(tmp_path / "lm_file")
+    lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
+    lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
+    (lm_dir / "config.yaml").unlink()
+    os.mkfifo(lm_dir / "config.yaml")
+    for read in (read_fusion_weight, load_lm):
+        with pytest.raises(UserError, match=r"config\.yaml: LM config is not a regular file \(a pipe; save it"):
+            read(lm_dir)
+
+
 def test_batches_group_by_length_within_the_token_budget() -> None:
     sentences = [[1] * n for n in (3, 10, 1, 7, 7, 2, 30)]
     batches = make_batches(sentences, batch_tokens=16)
@@ -434,7 +485,7 @@ def test_shipped_lm_problems_are_one_line_errors(shipped, tokenizer: Tokenizer, 
     assert main(["transcribe", wav, "--model", str(shipped["plain"]), "--lm-weight", "0.4", "-q"]) == 2
     assert "--lm-weight needs --lm" in capsys.readouterr().err
     assert main([*base, "--lm-weight", "-1"]) == 2
-    assert "lm_weight must be a finite number >= 0" in capsys.readouterr().err
+    assert "lm_weight must be a number in [0, 1000], got -1.0" in capsys.readouterr().err
 
     # an lm/ trained with another tokenizer
     other_tok = Tokenizer.train(["zzz yyy"] * 5, tmp_path / "other.model", 8, "char")
@@ -761,7 +812,7 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
             ),
             (wrong_shape, "not a usable train-lm state (Error(s) in loading state_dict for SRUppLM:"),
             (dict(saved, rng={"cpu": torch.zeros(3)}), "not a usable train-lm state"),
-            (types.SimpleNamespace(a=1), "torch.load(weights_only=True) refused it"),
+            (types.SimpleNamespace(a=1), "holds Python objects other than tensors and plain data"),
         ]
         for content, message in cases:
             if isinstance(content, bytes):

@@ -6,6 +6,7 @@ line naming the file, before anything runs or big memory is allocated. (The same
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import shutil
@@ -279,3 +280,45 @@ def test_weights_stored_as_integers_where_the_model_has_floats_are_refused(model
         load_model(model_dir)
     with pytest.raises(UserError, match=rf"{re.escape(key)} is stored as int16, the model expects a floating tensor"):
         initial_weights(model_dir, seeded_model(0, char_tokenizer.vocab_size))  # train fit --model.init_from
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_weight_holding_nan_or_inf_is_refused_naming_the_file_and_tensor(model_dir, char_tokenizer, value):
+    """One NaN in ctc.weight emptied every transcript, exit 0; weights are checked as they are read."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(model_dir / "model.safetensors")
+    weights["ctc.weight"][3, 5] = value
+    save_file(weights, model_dir / "model.safetensors")
+    says = f"{model_dir / 'model.safetensors'}: weight ctc.weight holds 1 NaN or infinite value (a damaged or diverged"
+    with pytest.raises(UserError, match=rf"^{re.escape(says)} model\)$"):
+        load_model(model_dir)
+    with pytest.raises(UserError, match=re.escape(says)):
+        initial_weights(model_dir, seeded_model(0, char_tokenizer.vocab_size))  # train fit --model.init_from
+
+
+def test_a_nan_weight_in_a_shard_is_refused_naming_the_shard(sharded_dir):
+    from safetensors.torch import load_file, save_file
+
+    shard = sharded_dir / SHARDS[-1]
+    weights = load_file(shard)
+    key = next(k for k, v in weights.items() if v.is_floating_point())
+    weights[key].view(-1)[0] = float("nan")
+    save_file(weights, shard)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(shard))}: weight {re.escape(key)} holds 1 NaN"):
+        load_model(sharded_dir)
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "model.safetensors.index.json", "tokenizer.model"])
+@pytest.mark.parametrize("kind", ["pipe", "device"])
+def test_a_model_file_that_is_a_pipe_or_a_device_is_refused_without_waiting_or_reading(sharded_dir, name, kind):
+    """A FIFO as config.yaml waited for ever; config.yaml linked to /dev/zero grew to 20.8 GB."""
+    path = sharded_dir / name
+    path.unlink()
+    if kind == "pipe":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    what = {"pipe": "a pipe", "device": "a device"}[kind]
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}: .* is not a regular file \({what}; save it"):
+        load_model(sharded_dir)

@@ -18,7 +18,7 @@ def test_bad_decoding_options_and_manifest_are_one_line_errors(tmp_path, capsys)
     base = ["evaluate", "--model", str(tmp_path), "--out-dir", str(tmp_path / "out")]
     assert main([*base, "--cuts", str(tmp_path / "none.jsonl.gz"), "--beam", "0"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "srupp-asr evaluate: error: decoding options: beam must be an integer >= 1, got 0"
+        "srupp-asr evaluate: error: decoding options: beam must be an integer in [1, 128] (memory grows with it), got 0"
     )
     assert main([*base, "--cuts", str(tmp_path / "none.jsonl.gz")]) == 2
     assert "cut manifest not found" in capsys.readouterr().err

@@ -89,7 +89,7 @@ def test_empty_training_text_is_a_user_error(tmp_path):
 
 
 def test_loading_a_missing_or_foreign_model_is_a_user_error(tmp_path):
-    with pytest.raises(UserError, match=r"missing\.model: cannot read tokenizer model"):
+    with pytest.raises(UserError, match=r"missing\.model: tokenizer model not found"):
         Tokenizer(tmp_path / "missing.model")
     (tmp_path / "junk.model").write_bytes(b"not a model")
     with pytest.raises(UserError, match=r"junk\.model: not a sentencepiece model"):

@@ -312,7 +312,7 @@ def test_config_problems_are_user_errors_naming_the_file(tmp_path, tokenizer_pat
         run_train(["fit", "--config", str(unknown), "--data.tokenizer", tokenizer_path])
     with pytest.raises(UserError, match=r"^command line: .*model\.optimizer"):
         run_train(["fit", "--config", str(TINY_CONFIG), "--model.optimizer", "sgd"])
-    with pytest.raises(UserError, match=r"missing\.model: cannot read tokenizer model"):
+    with pytest.raises(UserError, match=r"missing\.model: tokenizer model not found"):
         run_train(["fit", "--config", str(TINY_CONFIG), "--data.tokenizer", "missing.model"])
 
 

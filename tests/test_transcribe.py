@@ -448,7 +448,12 @@ def test_a_model_that_hears_no_words_anywhere_warns(tmp_path, monkeypatch, capsy
         (["a.wav", "--segment-pause", "nan"], "--segment-pause must be a finite number of seconds >= 0, got nan"),
         (["a.wav", "--segment-pause", "inf"], "--segment-pause must be a finite number of seconds >= 0, got inf"),
         (["a.wav", "--segment-pause", "-1"], "--segment-pause must be a finite number of seconds >= 0, got -1"),
-        (["a.wav", "--beam", "0"], "beam must be an integer >= 1"),
+        (["a.wav", "--beam", "0"], "beam must be an integer in [1, 128] (memory grows with it), got 0"),
+        (["a.wav", "--beam", "100000"], "beam must be an integer in [1, 128] (memory grows with it), got 100000"),
+        (["a.wav", "--beam", "1000000000"], "beam must be an integer in [1, 128]"),
+        (["a.wav", "--lm-weight", "1e300"], "lm_weight must be a number in [0, 1000], got 1e+300"),
+        (["a.wav", "--lm-weight", "3.4e38"], "lm_weight must be a number in [0, 1000], got 3.4e+38"),
+        (["a.wav", "--lm-weight", "nan"], "lm_weight must be a number in [0, 1000], got nan"),
         (["a.wav", "--model", "nowhere"], "nowhere: model directory not found"),
         (["a.wav", "--model", "nowhere", "--device", "tpu"], "unknown device"),
     ],
@@ -1030,4 +1035,30 @@ class TestLongFilesAndAnUnexpectedErrorOnOneFile:
         errors = [line for line in err.splitlines() if line.startswith(self.ERROR_PREFIX)]
         assert errors == [
             f"{self.ERROR_PREFIX}{victim[0]}: internal error (RuntimeError: simulated bug); please report it"
+        ]
+
+    def test_running_out_of_memory_on_one_file_is_named_as_such_and_the_batch_goes_on(
+        self, monkeypatch, capsys, model, utts
+    ):
+        # PyTorch's CPU allocator raises a RuntimeError; it was "internal error ... please report it".
+        import importlib
+
+        victim, fine = utts[15], utts[16]
+        worker = importlib.import_module("srupp_asr.decoding.batch").BatchDecoder
+        original = worker.decode_batch
+        said = "DefaultCPUAllocator: can't allocate memory: you tried to allocate 25769803776 bytes."
+
+        def failing(self, jobs, *args):
+            if any(job.name == str(victim[0]) for job in jobs):
+                raise RuntimeError(said)
+            return original(self, jobs, *args)
+
+        monkeypatch.setattr(worker, "decode_batch", failing)
+        code = main(["transcribe", "--model", str(model), "--decoding", "ctc_greedy", str(victim[0]), str(fine[0])])
+        out, err = capsys.readouterr()
+        assert code == 1 and f"{fine[0]}\t" in out
+        errors = [line for line in err.splitlines() if line.startswith(self.ERROR_PREFIX)]
+        assert errors == [
+            f"{self.ERROR_PREFIX}{victim[0]}: out of memory while decoding ({said}); try a smaller --batch-size, --beam"
+            " or --max-chunk-seconds"
         ]

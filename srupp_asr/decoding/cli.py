@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srupp_asr.decoding.options import MODES, DecodingOptions
+from srupp_asr.decoding.options import MAX_BEAM, MODES, DecodingOptions, lm_weight_problem
 from srupp_asr.errors import UserError
 
 if TYPE_CHECKING:
@@ -53,7 +52,7 @@ def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
     )
     modes_help = f"decoding mode (default {DEFAULT_DECODING})"
     p.add_argument("--decoding", default=DEFAULT_DECODING, choices=MODES, help=modes_help)
-    p.add_argument("--beam", "--beam_size", type=int, help="beam size of the beam modes (default 10)")
+    p.add_argument("--beam", "--beam_size", type=int, help=f"beam size of the beam modes, 1-{MAX_BEAM} (default 10)")
     p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
     p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
     p.add_argument(
@@ -109,10 +108,8 @@ def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions
 
 def check_lm_flags(lm: str | os.PathLike[str] | None, lm_weight: float | None, no_lm: bool) -> None:
     """A one-line UserError for LM settings that contradict each other or a bad weight (before any work)."""
-    if lm_weight is not None and not (
-        isinstance(lm_weight, int | float) and math.isfinite(lm_weight) and lm_weight >= 0
-    ):
-        raise UserError(f"decoding options: lm_weight must be a finite number >= 0, got {lm_weight!r}")
+    if lm_weight is not None and lm_weight_problem(lm_weight):
+        raise UserError(f"decoding options: lm_weight {lm_weight_problem(lm_weight)}")
     if no_lm and lm is not None:
         raise UserError("decoding options: --no-lm and --lm contradict each other")
     if no_lm and lm_weight:

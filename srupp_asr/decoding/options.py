@@ -8,6 +8,14 @@ from typing import Literal
 
 Mode = Literal["ctc_greedy", "ctc_prefix_beam", "joint", "rescoring"]
 MODES: tuple[str, ...] = ("ctc_greedy", "ctc_prefix_beam", "joint", "rescoring")
+# The widest beam taken. Decoding memory grows with the beam: ctc_prefix_beam with the built-in model's LM on 30 s
+# of audio peaked at 1.5 GB with a beam of 10, 2.0 GB with 128, 3.5 GB with 256 and 11 GB with 1,024 (and the issue's
+# 100,000, 24 GB before it was stopped); see docs/reliability.md. Published recipes use 4-60.
+MAX_BEAM = 128
+# The largest LM (fusion) weight taken. Scores are float32: a weight finite in float64 but not float32 (1e300), or
+# one whose product with a log-probability overflows float32 (3.4e38), makes every score -inf and every transcript
+# empty; weights past 1,000 already leave the acoustic model no say (ESPnet's recipes use 0.1-1).
+MAX_LM_WEIGHT = 1000.0
 
 
 @dataclass(frozen=True)
@@ -45,8 +53,8 @@ class DecodingOptions:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if not isinstance(self.beam, int) or isinstance(self.beam, bool) or self.beam < 1:
-            raise ValueError(f"beam must be an integer >= 1, got {self.beam!r}")
+        if not isinstance(self.beam, int) or isinstance(self.beam, bool) or not 1 <= self.beam <= MAX_BEAM:
+            raise ValueError(f"beam must be an integer in [1, {MAX_BEAM}] (memory grows with it), got {self.beam!r}")
         if not _is_real(self.ctc_weight) or not 0.0 <= self.ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight must be in [0, 1], got {self.ctc_weight!r}")
         if not _is_real(self.length_penalty) or not math.isfinite(self.length_penalty):
@@ -55,10 +63,8 @@ class DecodingOptions:
             raise ValueError(f"maxlen_ratio must be a finite number >= 0, got {self.maxlen_ratio!r}")
         if not isinstance(self.nbest, int) or isinstance(self.nbest, bool) or not 1 <= self.nbest <= self.beam:
             raise ValueError(f"nbest must be an integer in [1, beam={self.beam}], got {self.nbest!r}")
-        if self.lm_weight is not None and (
-            not _is_real(self.lm_weight) or not math.isfinite(self.lm_weight) or self.lm_weight < 0
-        ):
-            raise ValueError(f"lm_weight must be a finite number >= 0, got {self.lm_weight!r}")
+        if self.lm_weight is not None and lm_weight_problem(self.lm_weight):
+            raise ValueError(f"lm_weight {lm_weight_problem(self.lm_weight)}")
         if self.fusion_weight > 0 and self.mode == "ctc_greedy":
             raise ValueError("lm_weight needs a beam mode (ctc_prefix_beam, joint or rescoring), not ctc_greedy")
 
@@ -70,6 +76,14 @@ class DecodingOptions:
 
 def _is_real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def lm_weight_problem(value: object) -> str | None:
+    """What is wrong with ``value`` as an LM (fusion) weight, or None: it must be a number in [0,
+    :data:`MAX_LM_WEIGHT`] (so finite in float32, and its products with log-probabilities too)."""
+    if _is_real(value) and 0 <= value <= MAX_LM_WEIGHT:
+        return None
+    return f"must be a number in [0, {MAX_LM_WEIGHT:g}], got {value!r}"
 
 
 @dataclass
