@@ -179,6 +179,15 @@ def test_nce_clips_confidences_0_and_1_as_sclite(tmp_path: Path) -> None:
     assert "| Sum/Avg|    1      4 | 75.0   25.0    0.0    0.0   25.0  100.0 |-13.640 |" in text
 
 
+def test_confidence_outside_0_1_is_warned_of_as_sclite_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """sctk sclite scores a CTM with a confidence of 1.5 and warns; 0 and 1 are in range."""
+    (tmp_path / "r.stm").write_text("f 1 s 0 3 <o> a b c\n")
+    (tmp_path / "h.ctm").write_text("f 1 0.1 0.1 a 1.5\nf 1 0.5 0.1 b 1.0\nf 1 1.1 0.1 c 0.0\n")
+    args = ["-r", str(tmp_path / "r.stm"), "stm", "-h", str(tmp_path / "h.ctm"), "ctm", "-n", "x"]
+    assert [u.alignment.ops for u in sclite.sclite(sclite.parse_args(args))] == ["CCC"]
+    assert "1 of 3 confidence scores were not in the range (0.0,1.0)" in capsys.readouterr().err
+
+
 def test_alternation_chooses_the_matching_path() -> None:
     a = align_nets(build_net("a { b c / d } e"), build_net("a d e"))
     assert (a.ops, a.ref) == ("CCC", ("a", "d", "e"))

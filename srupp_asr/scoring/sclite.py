@@ -305,8 +305,13 @@ def score_stm_ctm(opts: Options) -> list[ScoredUtterance]:
     """STM references against CTM hypotheses, words given to segments by time as sclite does."""
     segments = read_stm(opts.ref, opts.encoding)
     channels: dict[tuple[str, str], list] = {}
-    for tok in read_ctm(opts.hyp, opts.encoding):
+    tokens = read_ctm(opts.hyp, opts.encoding)
+    for tok in tokens:
         channels.setdefault((tok.file, tok.channel.lower()), []).append(tok)
+    confs = [tok.confidence for tok in tokens if tok.confidence is not None]
+    outside = sum(not 0.0 <= c <= 1.0 for c in confs)
+    if outside:  # sclite's own warning; NCE clips them
+        print(f"Warning: {outside} of {len(confs)} confidence scores were not in the range (0.0,1.0)", file=sys.stderr)
     ref_channels: dict[tuple[str, str], list] = {}
     for seg in segments:
         ref_channels.setdefault((seg.file, seg.channel.lower()), []).append(seg)
