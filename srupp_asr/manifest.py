@@ -317,7 +317,7 @@ def load_cut_audio(cut: Cut) -> np.ndarray:
     except Exception as err:  # any decoder, command or file error
         source = _first_source(cut)
         where = str(source.source) if source is not None else str(cut.id)
-        raise UserError(f"{where}: cut {cut.id}: {_audio_problem(source, err)}") from None
+        raise UserError(f"{where}: cut {cut.id}: {_changed_audio(cut, where) or _audio_problem(source, err)}") from None
 
 
 def _with_shared_resampling(cut: Cut) -> Cut:
@@ -364,17 +364,42 @@ def _first_source(cut: Cut):
     return sources[0] if sources else None
 
 
+def _changed_audio(cut: Cut, where: str) -> str | None:
+    """How the audio file ``where`` of ``cut`` differs from what its manifest records (samples, rate), or None:
+    audio replaced after the manifest was written, which lhotse reports as a possible internal error of its own."""
+    import soundfile as sf
+
+    recording = getattr(cut, "recording", None)
+    if recording is None or not os.path.isfile(where):
+        return None
+    try:
+        info = sf.info(where)
+    except (RuntimeError, sf.LibsndfileError):
+        return None
+    if (info.frames, info.samplerate) == (recording.num_samples, recording.sampling_rate):
+        return None
+    return (
+        f"its audio changed after the manifest was written: the file holds {info.frames} samples at"
+        f" {info.samplerate} Hz, the manifest says {recording.num_samples} at {recording.sampling_rate} Hz (prepare"
+        " the manifest again)"
+    )
+
+
 def _audio_problem(source, err: Exception) -> str:
     """One line for a lhotse audio error, which lists every backend's failure and dumps the cut on more lines."""
     if source is not None and source.type == "file" and not os.path.exists(source.source):
         return "audio file not found"
+    return f"cannot load its audio ({audio_error_detail(err)})"
+
+
+def audio_error_detail(err: Exception) -> str:
+    """What lhotse's audio error says, in one line of at most 200 characters: it lists every backend's failure
+    ("Exception #0 (<backend>): <class ...>: what the first backend said", ...) after a line ending in
+    "Details:", and a hint about an environment variable last; the first backend's words are kept."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    # lhotse's AudioLoadingError: "Exception #0 (<backend>): <class ...>: what the first backend said"
     detail = next((line.split(">: ", 1)[-1] for line in lines if line.startswith("Exception #0")), None)
     detail = detail or (lines[0] if lines else type(err).__name__)
-    if len(detail) > 200:
-        detail = detail[:200] + "..."
-    return f"cannot load its audio ({detail})"
+    return detail if len(detail) <= 200 else detail[:200] + "..."
 
 
 def save_cuts(cuts: Iterable[Cut], path: str | os.PathLike) -> None:

@@ -46,7 +46,7 @@ from srupp_asr.fileio import (
     read_bytes,
     read_lines,
 )
-from srupp_asr.manifest import save_cuts
+from srupp_asr.manifest import audio_error_detail, save_cuts
 
 log = logging.getLogger(__name__)
 
@@ -128,20 +128,10 @@ def _file_recording(recording_id: str, path: Path) -> Recording:
     try:
         recording = Recording.from_file(path, recording_id=recording_id)
     except Exception as err:  # lhotse tries several decoders; any failure means the file is unusable
-        raise _Skip(f"cannot read audio {path} ({_decoder_problem(err)})") from None
+        raise _Skip(f"cannot read audio {path} ({audio_error_detail(err)})") from None
     if recording.num_samples == 0:
         raise _Skip(f"audio file is empty: {path}")
     return recording
-
-
-def _decoder_problem(err: Exception) -> str:
-    """What a decoder said, in one line: lhotse puts its reason on the lines after ``... failed. Details:``."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    if not lines:
-        return type(err).__name__
-    if lines[0].endswith("Details:") and len(lines) > 1:
-        return f"{lines[0]} {lines[-1]}"
-    return lines[0]
 
 
 # A URL's scheme (``https://``, ``s3://``): the importers read local files only.

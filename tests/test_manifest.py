@@ -306,3 +306,22 @@ def test_named_pipes_are_refused_unopened_as_manifests_text_files_and_training_a
     # The training data set, evaluate and cmvn load every cut's audio here (a UserError leaves the cut out).
     with pytest.raises(UserError, match=rf"^{pipe}: cut a: not a readable audio file \(not a regular file: a pipe\)$"):
         load_cut_audio(piped)
+
+
+@pytest.mark.parametrize(("seconds", "rate"), [(1.0, 16000), (2.0, 8000)])
+def test_audio_changed_after_its_manifest_was_written_is_named_as_such(tmp_path, seconds, rate):
+    """lhotse calls it "internal Lhotse's error or a faulty transform implementation"."""
+    from lhotse import Recording
+
+    from srupp_asr.manifest import load_cut_audio
+
+    path = tmp_path / "a.wav"
+    sf.write(path, np.zeros(32000, np.float32), 16000)
+    cut = Recording.from_file(path).to_cut()
+    sf.write(path, np.zeros(int(seconds * rate), np.float32), rate)
+    with pytest.raises(UserError) as caught:
+        load_cut_audio(cut)
+    assert str(caught.value) == (
+        f"{path}: cut a: its audio changed after the manifest was written: the file holds {int(seconds * rate)}"
+        f" samples at {rate} Hz, the manifest says 32000 at 16000 Hz (prepare the manifest again)"
+    )

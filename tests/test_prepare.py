@@ -688,3 +688,14 @@ def test_a_table_that_is_a_pipe_is_one_line_not_a_wait(tmp_path):
     os.mkfifo(tmp_path / "t.csv")
     with pytest.raises(UserError, match=r"t\.csv: table is not a regular file \(a pipe; save it to a file\)$"):
         import_table(tmp_path / "t.csv")
+
+
+def test_audio_that_does_not_decode_is_reported_with_the_decoders_reason(tmp_path, audio):
+    """It was "Fetching info about audio ... failed. Details:" with nothing after it."""
+    (audio / "junk.wav").write_bytes(bytes(range(256)) * 12)
+    table = audio / "t.csv"
+    table.write_text("path,text\njunk.wav,a\n")
+    problems: list[str] = []
+    import_table(table, problems)
+    junk = audio / "junk.wav"
+    assert problems == [f"{table}:2: cannot read audio {junk} (Error opening '{junk}': Format not recognised.)"]
