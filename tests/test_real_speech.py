@@ -103,6 +103,29 @@ def test_pocketsphinx_decodes_real_audio_at_16_khz(rs, tmp_path):
     assert wer < 50  # mostly its own test data, at the rate its model expects
 
 
+@needs_real
+@pytest.mark.process  # loads whisper tiny.en (seconds on an idle machine): not in the edit-test loop
+def test_whisper_tiny_en_decodes_the_same_cuts_and_is_scored_by_the_project_scorer(rs, tmp_path):
+    if not rs.whisper_available():
+        pytest.skip("whisper tiny.en is not installed (pip install -e '.[peers]')")
+    manifests = rs.import_real_sets(REAL_DEV, tmp_path / "m", ("pocketsphinx_testdata", "fsdd"))
+    sentences = [c for c in load_cuts(manifests["pocketsphinx_testdata"]["dev"]) if not c.id.startswith("cards")][:1]
+    digits = list(load_cuts(manifests["fsdd"]["dev"]))[:1]  # 8 kHz audio: resampled to 16 kHz for whisper
+    save_cuts([*sentences, *digits], tmp_path / "few_cuts.jsonl.gz")
+    wer, rtf = rs.score_whisper(tmp_path / "few_cuts.jsonl.gz", tmp_path / "w", threads=1)
+    refs = (tmp_path / "w" / "whisper.ref.trn").read_text().splitlines()
+    hyps = (tmp_path / "w" / "whisper.hyp.trn").read_text().splitlines()
+    assert len(refs) == len(hyps) == 2 and rtf > 0
+    words = [len(r.rsplit(" (", 1)[0].split()) for r in refs]
+    errors = sum(
+        _edits(r.rsplit(" (", 1)[0].split(), h.rsplit(" (", 1)[0].split()) for r, h in zip(refs, hyps, strict=True)
+    )
+    assert wer == pytest.approx(100 * errors / sum(words)) and wer < 30  # a read sentence and a digit
+    (tmp_path / "w" / "whisper.hyp.trn").write_text("".join(f"x ({r.rsplit(' (', 1)[1]}\n" for r in refs))
+    again, _ = rs.score_whisper(tmp_path / "few_cuts.jsonl.gz", tmp_path / "w", threads=1)
+    assert again > wer  # its transcripts are reused, not decoded again
+
+
 def test_without_the_real_data_the_benchmark_says_so_and_exits_0(rs, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(rs, "DEFAULT_REAL_DEV", tmp_path / "absent")
     assert rs.find_real_dev(None) is None
