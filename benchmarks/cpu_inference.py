@@ -46,7 +46,9 @@ SRUPP = Path(sys.executable).with_name("srupp-asr")
 # srupp-asr modes: row label -> extra transcribe arguments
 MODES = {
     "defaults": [],
+    "int8": ["--compute-type", "int8"],
     "ctc_greedy": ["--decoding", "ctc_greedy"],
+    "ctc_greedy_int8": ["--decoding", "ctc_greedy", "--compute-type", "int8"],
 }
 PEERS = {"whisper": "whisper tiny.en, faster-whisper int8, beam 5", "pocketsphinx": "pocketsphinx, bundled en-us"}
 SUMMARY = re.compile(r"decoding ([\d.]+) s, real-time factor [\d.]+; model load and setup ([\d.]+) s")
@@ -188,6 +190,27 @@ def table(runs: list[Run], utterances: list[Utterance], title: str) -> str:
     return "\n".join(lines)
 
 
+def wer_by_set(runs: list[Run], utterances: list[Utterance]) -> str | None:
+    """A markdown table of each system's WER on each real set of ``utterances`` (ids ``SET/stem``), and the change
+    from the first system's; None with fewer than two sets or without references."""
+    sets = list(dict.fromkeys(u.utt_id.split("/")[0] for u in utterances if "/" in u.utt_id))
+    if len(sets) < 2 or any(u.text is None for u in utterances):
+        return None
+    by_set = {name: [u for u in utterances if u.utt_id.startswith(f"{name}/")] for name in sets}
+    rates = [[wer(r, by_set[name]) for name in sets] for r in runs]
+    lines = [
+        f"WER by set (in brackets: points from {runs[0].system})",
+        "",
+        "| system | " + " | ".join(f"{name} ({len(by_set[name])})" for name in sets) + " |",
+        "| --- |" + " --- |" * len(sets),
+    ]
+    for r, row in zip(runs, rates, strict=True):
+        change = [f" ({e - first:+.1f})" if r is not runs[0] else "" for e, first in zip(row, rates[0], strict=True)]
+        cells = [f"{e:.1f}%{c}" for e, c in zip(row, change, strict=True)]
+        lines.append(f"| {r.system} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def measure(systems: list[str], utterances: list[Utterance], threads: int, work: Path) -> list[Run]:
     """Each system in turn on ``utterances``; a peer that is not installed is left out with one line."""
     runs = []
@@ -212,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real-dev", type=Path, default=DEFAULT_REAL_DEV, help="the real_en folder")
     p.add_argument("--sets", nargs="+", default=["ljspeech32"], help="real_en sets whose dev split is decoded")
     choices = [*MODES, *PEERS]
-    p.add_argument("--systems", nargs="+", default=["defaults", "ctc_greedy", "whisper", "pocketsphinx"])
+    default_systems = ["defaults", "int8", "ctc_greedy", "whisper", "pocketsphinx"]
+    p.add_argument("--systems", nargs="+", default=default_systems, help=f"of {', '.join(choices)}")
     p.add_argument("--threads", type=int, default=2, help="CPU threads of every system (default 2)")
     p.add_argument("--short", action="store_true", help="also run each system on the file nearest 3 s long")
     p.add_argument("--peer", choices=list(PEERS), help=argparse.SUPPRESS)  # the child mode of run_peer
@@ -238,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as work:
         runs = measure(args.systems, utterances, args.threads, Path(work))
         print(table(runs, utterances, title))
+        by_set = wer_by_set(runs, utterances)
+        if by_set:
+            print()
+            print(by_set)
         if args.short:
             short = min(utterances, key=lambda u: abs(u.seconds - 3.0))
             (Path(work) / "short").mkdir()

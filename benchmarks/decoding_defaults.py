@@ -15,6 +15,8 @@ a fresh process with ``--threads`` torch threads (default 2), through :func:`sru
 Modes: ``default`` (``transcribe`` with no ``--decoding``: what a user gets, with the model directory's own LM
 when it carries one), ``default_no_lm`` (the same with ``--no-lm``), ``joint``, ``ctc_prefix_beam``.
 
+``--compute-types float32 int8`` runs each mode in each compute type (``transcribe --compute-type``).
+
 Language model: ``--lm DIR`` fuses DIR in every mode but ``default_no_lm`` (as ``transcribe --lm``), and
 ``--lm-weights W ...`` repeats each such mode for each weight (0: no LM; without ``--lm``, the model directory's own
 LM at that weight). ``--sentences FILE`` speaks FILE's lines instead of the benchmark's own sentences: to choose a
@@ -24,6 +26,7 @@ weight on a dev set that is not the benchmark's text (how the built-in model's L
     python benchmarks/decoding_defaults.py --minutes 3 20 --modes default joint ctc_prefix_beam
     python benchmarks/decoding_defaults.py --minutes 30 120 --modes default --no-short   # memory at length
     python benchmarks/decoding_defaults.py --modes default default_no_lm                # the shipped LM's effect
+    python benchmarks/decoding_defaults.py --modes default --compute-types float32 int8 # int8 against float32
     python benchmarks/decoding_defaults.py --sentences dev.txt --minutes --modes joint --lm LM --lm-weights 0 0.2 0.4
 """
 
@@ -118,7 +121,13 @@ def make_sets(
 
 
 def run_child(
-    files: list[tuple[Path, str]], mode: str, threads: int, model: str | None, lm: str | None, lm_weight: float | None
+    files: list[tuple[Path, str]],
+    mode: str,
+    threads: int,
+    model: str | None,
+    lm: str | None,
+    lm_weight: float | None,
+    compute_type: str = "float32",
 ) -> dict:
     """Transcribe ``files`` in this process (the child): WER counts, audio, decoding and load seconds, peak RSS."""
     import torch
@@ -133,7 +142,7 @@ def run_child(
     kwargs: dict = {"no_lm": True} if mode == "default_no_lm" else {"lm": lm, "lm_weight": lm_weight}
     if mode not in ("default", "default_no_lm"):
         kwargs["decoding"] = mode
-    out = transcribe([str(p) for p, _ in files], model, threads=threads, **kwargs)
+    out = transcribe([str(p) for p, _ in files], model, threads=threads, compute_type=compute_type, **kwargs)
     wall = time.perf_counter() - begin
     refs = [UtteranceText(str(p), text) for p, text in files]
     hyps = [UtteranceText(t.path, t.text) for t in out]
@@ -166,12 +175,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lm", metavar="DIR", help="fuse this LM directory (default: the model directory's own, if any)")
     p.add_argument("--lm-weights", type=float, nargs="+", metavar="W", help="run each mode at each LM weight")
     p.add_argument("--sentences", type=Path, metavar="FILE", help="speak these lines instead of the benchmark's")
+    p.add_argument(
+        "--compute-types", nargs="+", default=["float32"], choices=("float32", "int8"), help="run each mode in each"
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         spec = json.loads(args.child)
         files = [(Path(a), b) for a, b in spec["files"]]
-        print(json.dumps(run_child(files, spec["mode"], args.threads, args.model, args.lm, spec["lm_weight"])))
+        child = (files, spec["mode"], args.threads, args.model, args.lm, spec["lm_weight"], spec["compute_type"])
+        print(json.dumps(run_child(*child)))
         return
     sentences = SENTENCES
     if args.sentences is not None:
@@ -181,15 +194,15 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"decoding_defaults: {args.sentences}: cannot be read ({err})")
         if not sentences:
             sys.exit(f"decoding_defaults: {args.sentences}: holds no sentence")
-    runs = [(mode, None) for mode in args.modes]
-    if args.lm_weights:
-        runs = [(m, w) for m in args.modes for w in ([None] if m == "default_no_lm" else args.lm_weights)]
+    weights = {m: [None] if m == "default_no_lm" or not args.lm_weights else args.lm_weights for m in args.modes}
+    runs = [(m, w, c) for m in args.modes for w in weights[m] for c in args.compute_types]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         sets = make_sets(Path(tmp), args.minutes, not args.no_short, sentences)
         for name, files in sets.items():
-            for mode, weight in runs:
-                spec = json.dumps({"files": [(str(a), b) for a, b in files], "mode": mode, "lm_weight": weight})
+            for mode, weight, compute_type in runs:
+                listed = [(str(a), b) for a, b in files]
+                spec = json.dumps({"files": listed, "mode": mode, "lm_weight": weight, "compute_type": compute_type})
                 cmd = [sys.executable, __file__, "--child", spec, "--threads", str(args.threads)]
                 if args.model:
                     cmd += ["--model", args.model]
@@ -204,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
                 r = json.loads(done.stdout.strip().splitlines()[-1])
                 lm = f"LM {r['lm']} weight {r['lm_weight']:g}" if r["lm"] else "no LM"
                 label = f"{mode} ({r['decoding_mode']}, {lm})" if mode.startswith("default") else f"{mode} ({lm})"
+                label += f", {compute_type}" if compute_type != "float32" else ""
                 rows.append((name, label, r))
                 print(name, label, r, file=sys.stderr, flush=True)
     print(f"command: python benchmarks/decoding_defaults.py {' '.join(argv if argv is not None else sys.argv[1:])}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE
 from srupp_asr.decoding.batch import LoadedModel
 from srupp_asr.transcribe import transcribe  # one way: transcribe imports nothing of this module
 
@@ -50,7 +51,7 @@ class Model(LoadedModel):
         """
         from srupp_asr.audio import is_samples
 
-        for fixed in ("model", "device"):
+        for fixed in ("model", "device", "compute_type"):
             if fixed in options:
                 raise TypeError(f"Model.transcribe() takes no {fixed!r}: it is the loaded model's own")
         single = is_samples(audio) or (
@@ -62,8 +63,11 @@ class Model(LoadedModel):
         return results
 
 
-def load_model(name_or_dir: str | os.PathLike[str] | None = None, device: str = "auto") -> Model:
+def load_model(
+    name_or_dir: str | os.PathLike[str] | None = None, device: str = "auto", compute_type: str = DEFAULT_COMPUTE_TYPE
+) -> Model:
     """Load a model once for many :meth:`Model.transcribe` calls: ``name_or_dir`` a model directory (what
     ``srupp-asr average`` or ``export`` wrote), or None / ``"default"`` for the built-in model; ``device``
-    ``cpu``, ``cuda`` or ``auto`` (a GPU when there is one)."""
-    return Model.load(name_or_dir, device)
+    ``cpu``, ``cuda`` or ``auto`` (a GPU when there is one); ``compute_type`` ``float32``, or ``int8`` (the
+    Linear layers quantised; CPU only, so ``auto`` means the CPU; :mod:`srupp_asr.compute_types`)."""
+    return Model.load(name_or_dir, device, compute_type)

@@ -37,6 +37,7 @@ import yaml
 
 from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.checkpoints import load_checkpoint
+from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, apply_compute_type
 from srupp_asr.errors import UserError, first_line, is_out_of_memory
 from srupp_asr.fileio import (
     MAX_CONFIG_BYTES,
@@ -265,8 +266,11 @@ def read_model_config(model_dir: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[ASRModel, Tokenizer]:
-    """The model (in eval mode, on ``device``) and tokenizer of a model directory; reads no pickle.
+def load_model(
+    model_dir: str | os.PathLike, device: str | torch.device = "cpu", compute_type: str = DEFAULT_COMPUTE_TYPE
+) -> tuple[ASRModel, Tokenizer]:
+    """The model (in eval mode, on ``device``, in ``compute_type``: :mod:`srupp_asr.compute_types`) and tokenizer
+    of a model directory; reads no pickle.
 
     The directory is treated as untrusted: a file that could be a pickle is refused
     (:func:`check_no_pickles`), the config is checked against the weights file's header before any real memory
@@ -290,7 +294,7 @@ def load_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu")
             raise UserError(f"{tokenizer_path}: {detail}")
 
     model = build_with_weights(lambda: ASRModel(**config["model"]), config_path, model_dir, "model", check_tokenizer)
-    return model.to(device).eval(), tokenizer
+    return apply_compute_type(model.to(device).eval(), compute_type), tokenizer
 
 
 # Names of files that hold pickles (torch.save, joblib, numpy object arrays), and the first bytes of one.

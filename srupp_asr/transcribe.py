@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument
 from srupp_asr.decoding.batch import BatchDecoder, Batching, LoadedModel, Recording
 from srupp_asr.decoding.cli import (
     DEFAULT_BATCH_SIZE,
@@ -113,6 +114,7 @@ def transcribe(
     output_dir: str | os.PathLike[str] | None = None,
     output_format: str | Sequence[str] = "txt",
     device: str = "auto",
+    compute_type: str = DEFAULT_COMPUTE_TYPE,
     batch_size: int = DEFAULT_BATCH_SIZE,
     lm: str | os.PathLike[str] | None = None,
     no_lm: bool = False,
@@ -133,8 +135,9 @@ def transcribe(
 
     ``inputs`` may instead be samples in memory: a numpy array or torch tensor ((samples,) or (channels, samples))
     or a list of them, at ``sample_rate`` Hz; their transcripts' ``path`` is ``samples-1``, ``samples-2``, ...
-    ``model`` may be a model loaded once by :func:`srupp_asr.load_model` (then ``device`` and ``threads`` are
-    its own).
+    ``model`` may be a model loaded once by :func:`srupp_asr.load_model` (then ``device``, ``compute_type`` and
+    ``threads`` are its own). ``compute_type``: ``float32``, or ``int8`` (the Linear layers quantised, CPU only;
+    :mod:`srupp_asr.compute_types`).
 
     ``output_dir`` set: each transcript is also written there as ``<stem>.<format>`` for each of ``output_format``
     (``"txt,srt"``, ``"all"``, or a list), atomically. ``options`` is the
@@ -178,7 +181,7 @@ def transcribe(
     if threads:
         torch.set_num_threads(threads)
     folder_lock = OutputDirLock(output_dir)  # one transcribe per output folder (released as this returns)
-    loaded = model if isinstance(model, LoadedModel) else LoadedModel.load(model, device)
+    loaded = model if isinstance(model, LoadedModel) else LoadedModel.load(model, device, compute_type)
     choice = choose_lm(loaded.model_dir, options.mode, lm, lm_weight, no_lm)
     options = fused_options(options, choice)
     fusion_lm = loaded.fusion_lm(choice.path) if choice.path is not None else None
@@ -363,6 +366,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
         output_dir=args.output_dir,
         output_format=formats,
         device=args.device,
+        compute_type=args.compute_type,
         batch_size=args.batch_size,
         decoding=args.decoding,
         beam=args.beam,
@@ -470,6 +474,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "PATH<TAB>text lines or JSON lines for several)",
     )
     add_decoding_arguments(p, batch_help="short files decoded together")
+    add_compute_type_argument(p)
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     p.add_argument(
         "--max-chunk-seconds",

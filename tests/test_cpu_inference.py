@@ -42,3 +42,17 @@ def test_absent_real_sets_are_one_line_and_exit_0(ci, tmp_path, capsys):
         capsys.readouterr().out
         == f"cpu_inference.py: {tmp_path / 'none'} is absent: no real sets to measure on (give files)\n"
     )
+
+
+def test_wer_by_set_gives_each_sets_wer_and_the_change_from_the_first_system(ci):
+    utts = [
+        ci.Utterance("fsdd/a", Path("a.wav"), 1.0, "one two"),
+        ci.Utterance("fsdd/b", Path("b.wav"), 1.0, "three four"),
+        ci.Utterance("lj/c", Path("c.wav"), 2.0, "a b c d"),
+    ]
+    ours = ci.Run("srupp-asr defaults", 1.0, 1.0, 2.0, 1, {"fsdd/a": "one two", "fsdd/b": "three", "lj/c": "a b c d"})
+    int8 = ci.Run("srupp-asr int8", 1.0, 1.0, 2.0, 1, {"fsdd/a": "one", "fsdd/b": "three", "lj/c": "a b x d"})
+    rows = ci.wer_by_set([ours, int8], utts).splitlines()
+    assert rows[2] == "| system | fsdd (2) | lj (1) |"
+    assert rows[4:] == ["| srupp-asr defaults | 25.0% | 0.0% |", "| srupp-asr int8 | 50.0% (+25.0) | 25.0% (+25.0) |"]
+    assert ci.wer_by_set([ours], utts[:2]) is None  # one set: the main table says it

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Self
 
+from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE
 from srupp_asr.errors import UserError
 
 if TYPE_CHECKING:
@@ -60,14 +61,20 @@ class LoadedModel:
         self._lms: dict[Path, SRUppLM] = {}  # fusion LMs loaded for this model, by resolved directory
 
     @classmethod
-    def load(cls, name_or_dir: str | os.PathLike[str] | None = None, device: str = "auto") -> Self:
+    def load(
+        cls,
+        name_or_dir: str | os.PathLike[str] | None = None,
+        device: str = "auto",
+        compute_type: str = DEFAULT_COMPUTE_TYPE,
+    ) -> Self:
         """Load ``name_or_dir`` (a model directory, or None / ``"default"`` for the built-in model) on ``device``
-        (``cpu``, ``cuda``, ``cuda:1`` or ``auto``); a UserError naming the problem when it cannot be loaded."""
-        from srupp_asr.decoding.cli import resolve_device
+        (``cpu``, ``cuda``, ``cuda:1`` or ``auto``) in ``compute_type`` (``float32``, or ``int8`` on the CPU:
+        :mod:`srupp_asr.compute_types`); a UserError naming the problem when it cannot be loaded."""
+        from srupp_asr.compute_types import compute_device
         from srupp_asr.inputs import default_model_dir
         from srupp_asr.model_dir import load_model as load_model_dir
 
-        resolved = resolve_device(device)
+        resolved = compute_device(compute_type, device)
         if name_or_dir is None or str(name_or_dir) in BUILTIN_NAMES:
             model_dir = default_model_dir()
         else:
@@ -77,7 +84,7 @@ class LoadedModel:
                     f"{model_dir}: model directory not found (srupp-asr has no whisper-sized models: leave the model "
                     "out for the built-in one, or give a directory made by `srupp-asr average`)"
                 )
-        net, tokenizer = load_model_dir(model_dir, resolved)
+        net, tokenizer = load_model_dir(model_dir, resolved, compute_type)
         return cls(net, tokenizer, str(model_dir), next(net.parameters()).device)
 
     def fusion_lm(self, lm_dir: str | os.PathLike[str]) -> SRUppLM:

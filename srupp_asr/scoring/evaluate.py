@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument, compute_device
 from srupp_asr.decoding.cli import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_OPTIONS,
@@ -27,7 +28,6 @@ from srupp_asr.decoding.cli import (
     fused_options,
     load_fusion_lm,
     requested_options,
-    resolve_device,
 )
 from srupp_asr.errors import UserError
 from srupp_asr.inputs import default_model_dir
@@ -111,6 +111,7 @@ def evaluate(
     lm: str | os.PathLike | None = None,
     no_lm: bool = False,
     device: str = "auto",
+    compute_type: str = DEFAULT_COMPUTE_TYPE,
     batch_size: int = DEFAULT_BATCH_SIZE,
     train_log: str | os.PathLike | None = None,
     name: str | None = None,
@@ -123,8 +124,8 @@ def evaluate(
     """Decode every cut of ``cuts`` with the model directory ``model`` (None: the built-in model), score against
     the cuts' texts and write the report (plus ``hyp.jsonl`` / ``ref.jsonl``) into ``out_dir``.
 
-    ``options``, ``**decode_options`` (``decoding``, ``beam``, ...), ``lm`` and ``no_lm`` are as in
-    :func:`srupp_asr.transcribe`. A cut whose audio does not load is left out of the scores (the report says how
+    ``options``, ``**decode_options`` (``decoding``, ``beam``, ...), ``lm``, ``no_lm`` and ``compute_type`` are as
+    in :func:`srupp_asr.transcribe`. A cut whose audio does not load is left out of the scores (the report says how
     many) and its one-line error goes to ``errors`` (a warning in the log when ``errors`` is None). Audio sources
     that run a shell command are refused unless ``allow_command_sources``."""
     from tqdm import tqdm
@@ -139,10 +140,10 @@ def evaluate(
     # checked before anything is read; the LM weight applies once the LM is chosen
     options, lm_weight = requested_options("evaluate", options, decode_options, lm, no_lm)
     cutset = load_cuts(cuts, allow_command_sources=allow_command_sources)
-    device = resolve_device(device)
+    device = compute_device(compute_type, device)
     if model is None:
         model = default_model_dir()
-    net, tokenizer = load_model(model, device)
+    net, tokenizer = load_model(model, device, compute_type)
     choice = choose_lm(model, options.mode, lm, lm_weight, no_lm)
     options = fused_options(options, choice)
     fusion_lm = load_fusion_lm(choice.path, tokenizer, device) if choice.path is not None else None
@@ -182,7 +183,7 @@ def evaluate(
     result = score_transcripts(refs, hyps)
     fused = f"{choice.path} (weight {choice.weight:g}, {choice.origin})" if choice.path is not None else ""
     speed = DecodingSpeed(audio_samples / SAMPLE_RATE, decode_seconds, load_seconds, len(hyps), device, fused)
-    details = {"model": str(model), "decoding": _describe(options), **speed.details()}
+    details = {"model": str(model), "compute type": compute_type, "decoding": _describe(options), **speed.details()}
     if fused:
         details["lm"] = fused
     if failed:
@@ -221,6 +222,7 @@ def main(args: argparse.Namespace) -> int:
         lm_weight=args.lm_weight,
         no_lm=args.no_lm,
         device=args.device,
+        compute_type=args.compute_type,
         batch_size=args.batch_size,
         train_log=args.train_log,
         name=args.name,
@@ -255,6 +257,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--cuts", required=True, help="lhotse cut manifest (.jsonl.gz) with reference texts")
     p.add_argument("--out-dir", required=True, help="where the report files go")
     add_decoding_arguments(p, batch_help="utterances decoded together")
+    add_compute_type_argument(p)
     add_report_arguments(p)
     p.add_argument(
         "--allow-command-sources",

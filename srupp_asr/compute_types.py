@@ -1,0 +1,81 @@
+"""Compute types: the arithmetic a loaded ASR model runs in, named as faster-whisper names them (``--compute-type``).
+
+- ``float32`` (the default): the weights as trained (stored float16/bfloat16 weights are upcast at load).
+- ``int8``: torch's dynamic int8 quantisation of every ``nn.Linear`` of the ASR model, for the CPU: each weight
+  matrix is stored int8 with a scale per output row, each call quantises its input from the input's own range
+  and returns float32. Everything else stays float32 and gets float32 inputs: the frontend, the convolution
+  subsampling, layer norms, attention's softmax (SDPA), the SRU recurrence (its ``u`` is a quantised Linear's
+  float32 output) and the fused language model (0.6 M parameters, one step at a time: too small to gain).
+
+Light to import (no torch): the command modules add ``--compute-type`` with it while building their parsers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from typing import TYPE_CHECKING
+
+from srupp_asr.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+COMPUTE_TYPES = ("float32", "int8")
+DEFAULT_COMPUTE_TYPE = "float32"
+
+
+def check_compute_type(compute_type: str) -> None:
+    """A one-line UserError unless ``compute_type`` is one of :data:`COMPUTE_TYPES`."""
+    if compute_type not in COMPUTE_TYPES:
+        raise UserError(f"--compute-type {compute_type}: unknown (choose {' or '.join(COMPUTE_TYPES)})")
+
+
+def compute_device(compute_type: str, device: str) -> str:
+    """The device a model of ``compute_type`` runs on for the requested ``device`` (``cpu``, ``cuda``, ``auto``):
+    int8 runs on the CPU only, so ``auto`` picks the CPU for it and ``cuda`` is a one-line UserError."""
+    from srupp_asr.decoding.cli import resolve_device
+
+    check_compute_type(compute_type)
+    if compute_type == "int8":
+        if device != "auto" and resolve_device(device) != "cpu":
+            raise UserError(f"--compute-type int8 runs on the CPU only, not on --device {device} (use --device cpu)")
+        return "cpu"
+    return resolve_device(device)
+
+
+def apply_compute_type(model: torch.nn.Module, compute_type: str) -> torch.nn.Module:
+    """``model`` (on the CPU for int8) in ``compute_type``; int8 replaces its Linear layers in place (the float32
+    weights they held are freed)."""
+    check_compute_type(compute_type)
+    if compute_type == "int8":
+        device = next(model.parameters()).device
+        if device.type != "cpu":
+            raise UserError(f"--compute-type int8 runs on the CPU only, not on {device} (use --device cpu)")
+        return quantize_linear_int8(model)
+    return model
+
+
+def quantize_linear_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with every ``nn.Linear`` replaced, in place, by torch's dynamic int8 Linear (weights per output
+    channel, activations per call): the CPU's int8 matrix products, 2x fewer weight bytes than float16."""
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    # torch 2.11 marks torch.ao.quantization deprecated in favour of torchao, whose int8 CPU path needs
+    # torch.compile to be fast; the eager dynamic kernels used here are still torch's own (fbgemm / oneDNN).
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.ao.quantization is deprecated", DeprecationWarning)
+        return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+
+
+def add_compute_type_argument(p: argparse.ArgumentParser) -> None:
+    """``--compute-type`` (also faster-whisper's ``--compute_type``) for the commands that load an ASR model."""
+    p.add_argument(
+        "--compute-type",
+        "--compute_type",
+        default=DEFAULT_COMPUTE_TYPE,
+        choices=COMPUTE_TYPES,
+        help=f"arithmetic of the model: float32, or int8 (the Linear layers quantised; CPU only, faster, about "
+        f"the same WER: docs/benchmarks.md) (default {DEFAULT_COMPUTE_TYPE})",
+    )

@@ -1,0 +1,138 @@
+"""Compute types (``--compute-type``): int8 quantises every Linear of the ASR model per output channel, checked
+against the float32 weights and outputs; the recurrence and attention still get float32; int8 is CPU-only; the
+option reaches the loaded model from the command line and the Python API."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import srupp_asr
+import srupp_asr.sru
+from srupp_asr.compute_types import apply_compute_type, check_compute_type, compute_device
+from srupp_asr.errors import UserError
+from tests.helpers import seeded_model, write_tone
+
+PER_CHANNEL_SYMMETRIC = torch.per_channel_symmetric
+TWO_LAYERS = {"encoder_conf": {"d_model": 32, "num_layers": 2, "attn_dim": 16, "num_heads": 2}}  # one with attention
+
+
+def _int8(model: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    return apply_compute_type(copy.deepcopy(model).eval(), "int8")
+
+
+def _linears(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    return {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+
+
+def test_int8_stores_each_linear_weight_within_half_a_step_per_output_row():
+    model = seeded_model(0, 40, **TWO_LAYERS).eval()
+    floats, quantised = _linears(model), dict(_int8(model).named_modules())
+    assert floats, "the model has Linear layers"
+    for name, linear in floats.items():
+        q = quantised[name]
+        assert not isinstance(q, torch.nn.Linear), f"{name} was left float32"
+        stored = q.weight()
+        assert stored.dtype == torch.qint8 and stored.qscheme() in (
+            torch.per_channel_affine,
+            torch.per_channel_symmetric,
+        )
+        assert (stored.q_per_channel_zero_points() == 0).all()
+        w = linear.weight.detach()
+        steps = stored.q_per_channel_scales().float()
+        # symmetric: each row's step is its largest magnitude over 127.5 (torch's qint8 observer)
+        torch.testing.assert_close(steps, w.abs().amax(1) / 127.5, rtol=1e-5, atol=1e-8)
+        assert ((stored.dequantize() - w).abs() <= steps[:, None] / 2 + 1e-7).all()
+        torch.testing.assert_close(q.bias(), linear.bias.detach() if linear.bias is not None else None)
+
+
+def test_int8_ctc_log_probs_stay_close_to_float32():
+    model = seeded_model(0, 40, **TWO_LAYERS).eval()
+    audio = torch.randn(2, 16000, generator=torch.Generator().manual_seed(1)) * 0.1
+    lens = torch.tensor([16000, 12000])
+    with torch.inference_mode():
+        ref = model.ctc_log_probs(model.encode(audio, lens)[0])
+        got = _int8(model).ctc_log_probs(_int8(model).encode(audio, lens)[0])
+    assert ((got - ref).norm() / ref.norm()).item() < 0.05
+    assert (got.exp() - ref.exp()).abs().max().item() < 0.05
+
+
+def test_int8_gives_the_recurrence_and_attention_float32_inputs(monkeypatch):
+    seen: dict[str, list[torch.dtype]] = {"recurrence": [], "attention": []}
+    recurrence, attention = srupp_asr.sru.sru_recurrence, torch.nn.functional.scaled_dot_product_attention
+
+    def record_recurrence(u, x, *args, **kwargs):
+        seen["recurrence"] += [u.dtype, x.dtype]
+        return recurrence(u, x, *args, **kwargs)
+
+    def record_attention(q, k, v, *args, **kwargs):
+        seen["attention"] += [q.dtype, k.dtype, v.dtype]
+        return attention(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(srupp_asr.sru, "sru_recurrence", record_recurrence)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", record_attention)
+    model = _int8(seeded_model(0, 40, **TWO_LAYERS))
+    with torch.inference_mode():
+        model.encode(torch.randn(1, 8000) * 0.1, torch.tensor([8000]))
+    assert seen["recurrence"] == [torch.float32] * 4  # two layers' (u, x)
+    assert seen["attention"] and set(seen["attention"]) == {torch.float32}
+
+
+def test_int8_runs_on_the_cpu_only():
+    assert compute_device("int8", "auto") == "cpu"
+    assert compute_device("int8", "cpu") == "cpu"
+    with pytest.raises(
+        UserError, match=r"^--compute-type int8 runs on the CPU only, not on meta \(use --device cpu\)$"
+    ):
+        apply_compute_type(seeded_model(0, 40).to("meta"), "int8")
+    with pytest.raises(UserError, match="--device cuda"):  # no GPU: resolving it says so; with one: int8 refuses it
+        compute_device("int8", "cuda")
+
+
+def test_an_unknown_compute_type_is_one_line():
+    with pytest.raises(UserError, match=r"^--compute-type float16: unknown \(choose float32 or int8\)$"):
+        check_compute_type("float16")
+    with pytest.raises(UserError, match="float16: unknown"):
+        compute_device("float16", "cpu")
+
+
+def test_float32_leaves_the_model_as_it_is():
+    model = seeded_model(0, 40)
+    assert apply_compute_type(model, "float32") is model and _linears(model)
+
+
+def test_the_python_api_and_transcribe_load_int8_when_asked(model_dir, tmp_path):
+    loaded = srupp_asr.load_model(model_dir, device="cpu", compute_type="int8")
+    assert not _linears(loaded.net)
+    assert not _linears(srupp_asr.load_model(model_dir, device="auto", compute_type="int8").net)
+    assert _linears(srupp_asr.load_model(model_dir, device="cpu").net)  # float32 by default
+    with pytest.raises(TypeError, match="'compute_type'"):
+        loaded.transcribe(write_tone(tmp_path / "tone.wav", 0.5), compute_type="float32")
+
+
+def test_the_command_line_passes_compute_type_to_the_loader(model_dir, tmp_path, monkeypatch, capsys):
+    from srupp_asr.cli import main
+    from srupp_asr.decoding.batch import LoadedModel
+
+    asked: list[str] = []
+    load = LoadedModel.load.__func__
+
+    def spy(cls, name_or_dir=None, device="auto", compute_type="float32"):
+        asked.append(compute_type)
+        return load(cls, name_or_dir, device, compute_type)
+
+    monkeypatch.setattr(LoadedModel, "load", classmethod(spy))
+    wav = write_tone(tmp_path / "tone.wav", 0.5)
+    for flag in ("--compute-type", "--compute_type"):
+        assert main(["transcribe", str(wav), "--model", str(model_dir), "--no-lm", "-q", flag, "int8"]) == 0
+    assert main(["transcribe", str(wav), "--model", str(model_dir), "--no-lm", "-q"]) == 0
+    assert asked == ["int8", "int8", "float32"]
+    with pytest.raises(SystemExit) as refused:
+        main(["transcribe", str(wav), "--compute_type", "float16"])
+    assert refused.value.code == 2
+    assert (
+        "--compute-type/--compute_type: invalid choice: 'float16' (choose from 'float32', 'int8')"
+        in capsys.readouterr().err
+    )
