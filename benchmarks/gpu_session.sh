@@ -6,8 +6,8 @@
 # part has its own time limit, so one that hangs costs only its share.
 #
 #   here:  rm -rf exp/baseline && mkdir -p exp/baseline &&
-#          git archive BASE srupp_asr kernels benchmarks | tar -x -C exp/baseline  (the code before the fixes;
-#          then mv exp/baseline/kernels exp/baseline/srupp_asr/kernels and drop its default_model).
+#          git archive BASE srupp_asr benchmarks | tar -x -C exp/baseline  (the code before the fixes; drop its
+#          default_model; a BASE before srupp_asr/kernels existed also needs kernels, moved to srupp_asr/kernels).
 #          For the host-sync fixes of issue 28 (2026-11-28), BASE is a431923 (964b7dd's parent, before them;
 #          the fused Adam / contiguous mask / 2x8 fixes were already in it).
 #   there: benchmarks/gpu_session.sh        (carry .whl, the wheels the machine lacks, and exp/baseline)

@@ -1,4 +1,4 @@
-"""The CPU extension's pool of output buffers (kernels/sru_cpu.cpp; on by default, up to 1024 MiB): freed outputs
+"""The CPU extension's pool of output buffers (srupp_asr/kernels/sru_cpu.cpp; on by default, up to 1024 MiB): freed outputs
 are reused, live ones never are, results do not depend on it, and its limit ($SRUPP_CPU_POOL_MB, ``set_pool_limit``)
 holds."""
 

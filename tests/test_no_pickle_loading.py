@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("srupp_asr", "kernels", "benchmarks", "recipes", "tests")
+FOLDERS = ("srupp_asr", "benchmarks", "recipes", "tests")
 
 
 def _calls(tree: ast.AST):

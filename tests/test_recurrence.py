@@ -185,7 +185,7 @@ def test_cuda_without_cupy_says_to_install_the_gpu_extra(monkeypatch):
 
 # ----------------------------------------------------------------------------------------------------
 # moved from tests/test_recurrence_audit.py
-# Audit of the SRU recurrence (srupp_asr/recurrence.py, kernels/sru_cpu.cpp) against the float64 reference
+# Audit of the SRU recurrence (srupp_asr/recurrence.py, srupp_asr/kernels/sru_cpu.cpp) against the float64 reference
 # (tests/reference.py) and plain torch semantics: infinite inputs, second-order gradients, the fallback loop's
 # precision, results independent of the thread count, and the pool's safety while autograd holds outputs.
 

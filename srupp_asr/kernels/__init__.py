@@ -1,8 +1,8 @@
 """Native code of the SRU recurrence: CUDA kernels (CuPy/NVRTC) and the CPU extension.
 
-The sources live beside this file (``kernels/`` in the repository, installed as the
-``srupp_asr.kernels`` package). ``sru_step.h`` holds the per-step arithmetic that both the
-CUDA kernels (``sru_cuda.cu``) and the CPU extension (``sru_cpu.cpp``) include.
+The sources live beside this file, in the package (setup.cfg's package data ships them), so a plain
+checkout imports ``srupp_asr.kernels`` as an installed wheel does. ``sru_step.h`` holds the per-step
+arithmetic that both the CUDA kernels (``sru_cuda.cu``) and the CPU extension (``sru_cpu.cpp``) include.
 
 Nothing here is imported eagerly by CPU users: CuPy is only touched when a CUDA tensor arrives,
 and the CPU extension is built (once, cached by torch) the first time it is needed.
