@@ -382,3 +382,25 @@ def cpu_trainer(max_steps: int, callbacks: list[L.Callback] = (), **kwargs) -> L
     options = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpointing": False}
     options.update(enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
     return L.Trainer(max_steps=max_steps, callbacks=list(callbacks), **{**options, **kwargs})
+
+
+def error_within(seconds: float, call: Callable[[], object]) -> BaseException | None:
+    """What ``call()`` raised (None if it returned), failing the test if it runs longer than ``seconds``: a read
+    that waits on a named pipe or reads ``/dev/zero`` for ever fails instead of hanging the suite."""
+    import threading
+
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            raised.append(None)
+        except BaseException as err:  # handed to the test
+            raised.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still running after {seconds} s (waiting on a pipe or reading without a bound?)")
+    return raised[0]

@@ -8,9 +8,9 @@ from typing import Literal
 
 Mode = Literal["ctc_greedy", "ctc_prefix_beam", "joint", "rescoring"]
 MODES: tuple[str, ...] = ("ctc_greedy", "ctc_prefix_beam", "joint", "rescoring")
-# The widest beam taken. Decoding memory grows with the beam: ctc_prefix_beam with the built-in model's LM on 30 s
-# of audio peaked at 1.5 GB with a beam of 10, 2.0 GB with 128, 3.5 GB with 256 and 11 GB with 1,024 (and the issue's
-# 100,000, 24 GB before it was stopped); see docs/reliability.md. Published recipes use 4-60.
+# The widest beam taken. Decoding memory grows with the beam: ctc_prefix_beam with the built-in model's LM on 30 s of
+# audio peaks at 1.0 GiB with a beam of 10, 1.8 GiB with 128, 3.2 GiB with 256 and 10.4 GiB with 1,024
+# (benchmarks/reliability_probe.py --beam-memory; docs/reliability.md). Published recipes use 4-60.
 MAX_BEAM = 128
 # The largest LM (fusion) weight taken. Scores are float32: a weight finite in float64 but not float32 (1e300), or
 # one whose product with a log-probability overflows float32 (3.4e38), makes every score -inf and every transcript
