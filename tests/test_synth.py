@@ -23,10 +23,10 @@ from srupp_asr.errors import UserError
 from srupp_asr.fileio import temp_prefix
 from srupp_asr.manifest import load_cuts
 from srupp_asr.synth import corpus
-from srupp_asr.synth.augment import colored_noise, draw_variation, room_impulse_response, telephone
 from srupp_asr.synth.corpus import build_corpus, plan_corpus, select_voices
 from srupp_asr.synth.splits import split_voices
 from srupp_asr.synth.texts import collect_sentences, filter_sentences, split_sentences
+from srupp_asr.synth.variation import colored_noise, draw_variation, room_impulse_response, telephone
 from srupp_asr.synth.verbalize import (
     number_words,
     ordinal_words,

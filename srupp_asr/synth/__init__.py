@@ -4,7 +4,7 @@
   synthesis;
 - :mod:`~srupp_asr.synth.texts`: sentences from Debian's text packages; :mod:`~srupp_asr.synth.verbalize`: numbers
   and symbols spelled out;
-- :mod:`~srupp_asr.synth.augment`: per-utterance rate, pitch, level, noise, reverberation, telephone band;
+- :mod:`~srupp_asr.synth.variation`: per-utterance rate, pitch, level, noise, reverberation, telephone band;
 - :mod:`~srupp_asr.synth.splits`: train / dev / test_seen / test_unseen without voice, donor or sentence leaks;
 - :mod:`~srupp_asr.synth.corpus`: :func:`build_corpus` and the ``srupp-asr synth-corpus`` command.
 """

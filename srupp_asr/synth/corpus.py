@@ -26,7 +26,7 @@ what the current verbaliser makes of their written forms (made by an older versi
 
 Cut fields: the supervision's ``text`` is the spoken form, exactly what the voice was given; ``speaker`` is the
 voice name. ``custom`` holds ``voice``, ``engine``, ``donor``, ``split``, ``sentence_id``, ``source``, ``written``
-(the sentence as the source has it) and every variation parameter (:class:`srupp_asr.synth.augment.Variation`).
+(the sentence as the source has it) and every variation parameter (:class:`srupp_asr.synth.variation.Variation`).
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ from tqdm import tqdm
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output, atomic_write_text, read_text, remove_stale_temps
 from srupp_asr.manifest import save_cuts
-from srupp_asr.synth.augment import SAMPLE_RATE, Variation, apply_variation, draw_variation, variation_settings
 from srupp_asr.synth.splits import HELD_OUT_DONORS, SPLITS, VoiceSplit, describe_splits, split_voices
 from srupp_asr.synth.texts import MAX_WORDS, MIN_WORDS, Sentence, SourceReport, collect_sentences, filter_sentences
+from srupp_asr.synth.variation import SAMPLE_RATE, Variation, apply_variation, draw_variation, variation_settings
 from srupp_asr.synth.verbalize import verbalize
 from srupp_asr.synth.voices import VOICES, SynthError, Voice, synthesize, voice_problem, voice_table
 from srupp_asr.text import normalize_text

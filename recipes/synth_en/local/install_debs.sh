@@ -17,7 +17,7 @@
 #      /etc/festival.scm comes with the files); the script warns about a package that calls update-alternatives;
 #   4. a self-check: espeak-ng, flite (slt) and festival (kal_diphone, ked_diphone, cmu_us_slt_arctic_hts, called
 #      as srupp_asr/synth/voices.py calls it) each say a sentence into a WAV file, sox changes its rate and pitch
-#      as srupp_asr/synth/augment.py does, and the text files are looked for; one line per check, ok or FAILED.
+#      as srupp_asr/synth/variation.py does, and the text files are looked for; one line per check, ok or FAILED.
 # The files it added are listed in /var/lib/srupp-asr/offline-debs/files.txt (remove them with
 # `xargs -d '\n' rm -f < /var/lib/srupp-asr/offline-debs/files.txt`). Running it again adds nothing and checks again.
 # The .debs are Debian 12's: they need glibc 2.34 or newer (Debian 12, Ubuntu 22.04 and 24.04 have it).
@@ -172,7 +172,7 @@ say "flite (slt)" "$tmp/flite.wav" flite -voice slt -f "$tmp/text.txt" -o "$tmp/
 for voice in kal_diphone ked_diphone cmu_us_slt_arctic_hts; do
   say "festival ($voice)" "$tmp/$voice.wav" text2wave -eval "(voice_$voice)" -o "$tmp/$voice.wav" "$tmp/text.txt"
 done
-# sox as augment.py runs it: tempo, pitch, 16 kHz (on a tone it makes itself, so it does not depend on the above)
+# sox as synth/variation.py runs it: tempo, pitch, 16 kHz (on a tone it makes itself, so it does not depend on the above)
 if ! command -v sox >/dev/null 2>&1; then
   row "sox (tempo, pitch, rate)" "FAILED (sox not found)"
 elif ! timeout 60 sox -R -D -V1 -n -r 22050 -c 1 "$tmp/tone.wav" synth 1 sine 300 >"$tmp/out.log" 2>&1 \
