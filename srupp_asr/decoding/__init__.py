@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from srupp_asr.decoding.options import MODES, DecodingOptions, Hypothesis, Word
 
 if TYPE_CHECKING:
-    from srupp_asr.decoding.api import decode, decode_encoded
+    from srupp_asr.decoding.modes import decode, decode_encoded
     from srupp_asr.decoding.scorers import Scorer
 
 _LAZY = {
-    "decode": "srupp_asr.decoding.api",
-    "decode_encoded": "srupp_asr.decoding.api",
+    "decode": "srupp_asr.decoding.modes",
+    "decode_encoded": "srupp_asr.decoding.modes",
     "Scorer": "srupp_asr.decoding.scorers",
 }
 

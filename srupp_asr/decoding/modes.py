@@ -1,4 +1,5 @@
-"""The entry points: :func:`decode` (audio in) and :func:`decode_encoded` (encoder output in), for every mode.
+"""Each decoding mode's search behind one call: :func:`decode` (audio in) and :func:`decode_encoded` (encoder
+output in).
 
 Scores per mode (log domain; a length penalty, when set, adds ``length_penalty * len(tokens)``):
 
