@@ -39,6 +39,7 @@ from pathlib import Path
 import peers  # this folder is on sys.path when a script here runs
 
 from srupp_asr.errors import UserError
+from srupp_asr.writers import output_names
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REAL_DEV = ROOT.parent / "shared" / "data" / "real_en"
@@ -87,15 +88,17 @@ def read_sets(real_dev: Path, names: list[str]) -> list[Utterance]:
             for row in csv.DictReader(f, delimiter="\t"):
                 if row["split"] == "dev":
                     path = real_dev / name / row["path"]
-                    utterances.append(Utterance(f"{name}/{path.stem}", path, float(row["duration_s"]), row["text"]))
+                    # the path within the set: Speech Commands repeats a stem in each word's folder
+                    utt_id = f"{name}/{Path(row['path']).with_suffix('')}"
+                    utterances.append(Utterance(utt_id, path, float(row["duration_s"]), row["text"]))
     return utterances
 
 
 def read_files(paths: list[str]) -> list[Utterance]:
-    """Utterances of plain files (no references): ids are the file stems, lengths read from the audio."""
+    """Utterances of plain files (no references): ids are the paths, lengths read from the audio."""
     import soundfile as sf
 
-    return [Utterance(Path(p).stem, Path(p), sf.info(p).duration, None) for p in paths]
+    return [Utterance(p, Path(p), sf.info(p).duration, None) for p in paths]
 
 
 def _measured(cmd: list[str], **kwargs) -> tuple[float, int, str]:
@@ -122,8 +125,16 @@ def run_srupp(mode: str, utterances: list[Utterance], threads: int, work: Path) 
     found = SUMMARY.search(stderr)
     if found is None:
         raise RuntimeError(f"no summary line in transcribe's output:\n{stderr[-2000:]}")
-    hyps = {u.utt_id: (out / f"{u.path.stem}.txt").read_text(encoding="utf-8").strip() for u in utterances}
+    hyps = read_hypotheses(out, utterances)
     return Run(f"srupp-asr {mode}", float(found[1]), float(found[2]), wall, rss, hyps)
+
+
+def read_hypotheses(out: Path, utterances: list[Utterance]) -> dict[str, str]:
+    """The text ``srupp-asr transcribe -o out`` wrote for each utterance, under transcribe's own output names
+    (``talk``, then ``talk-2`` for a later file with the same stem)."""
+    names = output_names([str(u.path) for u in utterances])
+    texts = [(out / f"{name}.txt").read_text(encoding="utf-8").strip() for name in names]
+    return {u.utt_id: text for u, text in zip(utterances, texts, strict=True)}
 
 
 def run_peer(peer: str, utterances: list[Utterance], threads: int, work: Path) -> Run:
@@ -191,7 +202,7 @@ def table(runs: list[Run], utterances: list[Utterance], title: str) -> str:
 
 
 def wer_by_set(runs: list[Run], utterances: list[Utterance]) -> str | None:
-    """A markdown table of each system's WER on each real set of ``utterances`` (ids ``SET/stem``), and the change
+    """A markdown table of each system's WER on each real set of ``utterances`` (ids ``SET/...``), and the change
     from the first system's; None with fewer than two sets or without references."""
     sets = list(dict.fromkeys(u.utt_id.split("/")[0] for u in utterances if "/" in u.utt_id))
     if len(sets) < 2 or any(u.text is None for u in utterances):

@@ -56,3 +56,18 @@ def test_wer_by_set_gives_each_sets_wer_and_the_change_from_the_first_system(ci)
     assert rows[2] == "| system | fsdd (2) | lj (1) |"
     assert rows[4:] == ["| srupp-asr defaults | 25.0% | 0.0% |", "| srupp-asr int8 | 50.0% (+25.0) | 25.0% (+25.0) |"]
     assert ci.wer_by_set([ours], utts[:2]) is None  # one set: the main table says it
+
+
+def test_files_with_one_stem_in_several_folders_keep_their_own_ids_and_transcripts(ci, tmp_path):
+    """Speech Commands has ``down/x.flac`` and ``go/x.flac``: each keeps its reference and gets its own output
+    (transcribe writes ``x.txt`` and ``x-2.txt``), not the other's."""
+    (tmp_path / "sc").mkdir()
+    rows = ["path\tduration_s\tspeaker\ttext\tsplit", "down/x.flac\t1.0\ts\tdown\tdev", "go/x.flac\t1.0\ts\tgo\tdev"]
+    (tmp_path / "sc" / "manifest.tsv").write_text("\n".join(rows) + "\n")
+    utts = ci.read_sets(tmp_path, ["sc"])
+    assert [(u.utt_id, u.text) for u in utts] == [("sc/down/x", "down"), ("sc/go/x", "go")]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "x.txt").write_text("down\n")
+    (out / "x-2.txt").write_text("go\n")
+    assert ci.read_hypotheses(out, utts) == {"sc/down/x": "down", "sc/go/x": "go"}
