@@ -454,6 +454,7 @@ def test_a_model_that_hears_no_words_anywhere_warns(tmp_path, monkeypatch, capsy
         (["a.wav", "--lm-weight", "1e300"], "lm_weight must be a number in [0, 1000], got 1e+300"),
         (["a.wav", "--lm-weight", "3.4e38"], "lm_weight must be a number in [0, 1000], got 3.4e+38"),
         (["a.wav", "--lm-weight", "nan"], "lm_weight must be a number in [0, 1000], got nan"),
+        (["a.wav", "--length-penalty", "1e300"], "length_penalty must be a number in [-1000, 1000], got 1e+300"),
         (["a.wav", "--model", "nowhere"], "nowhere: model directory not found"),
         (["a.wav", "--model", "nowhere", "--device", "tpu"], "unknown device"),
     ],

@@ -16,6 +16,9 @@ MAX_BEAM = 128
 # one whose product with a log-probability overflows float32 (3.4e38), makes every score -inf and every transcript
 # empty; weights past 1,000 already leave the acoustic model no say (ESPnet's recipes use 0.1-1).
 MAX_LM_WEIGHT = 1000.0
+# The largest length penalty (either sign) per token, for the same reason: it is added to float32 scores (1e300 is
+# infinite there), and a bonus of 1,000 per token already outweighs any log-probability.
+MAX_LENGTH_PENALTY = 1000.0
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,9 @@ class DecodingOptions:
             raise ValueError(f"beam must be an integer in [1, {MAX_BEAM}] (memory grows with it), got {self.beam!r}")
         if not _is_real(self.ctc_weight) or not 0.0 <= self.ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight must be in [0, 1], got {self.ctc_weight!r}")
-        if not _is_real(self.length_penalty) or not math.isfinite(self.length_penalty):
-            raise ValueError(f"length_penalty must be a finite number, got {self.length_penalty!r}")
+        if not _is_real(self.length_penalty) or not abs(self.length_penalty) <= MAX_LENGTH_PENALTY:
+            limit = f"{MAX_LENGTH_PENALTY:g}"
+            raise ValueError(f"length_penalty must be a number in [-{limit}, {limit}], got {self.length_penalty!r}")
         if not _is_real(self.maxlen_ratio) or not math.isfinite(self.maxlen_ratio) or self.maxlen_ratio < 0:
             raise ValueError(f"maxlen_ratio must be a finite number >= 0, got {self.maxlen_ratio!r}")
         if not isinstance(self.nbest, int) or isinstance(self.nbest, bool) or not 1 <= self.nbest <= self.beam:
