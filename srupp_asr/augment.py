@@ -1,5 +1,6 @@
-"""Training-time waveform augmentation aimed at real voices and channels (``data.channel_augment``).
+"""Training-time augmentation of the audio: the channel (``data.channel_augment``) and the room (reverberation).
 
+:class:`SeededReverb` reverberates cuts (``data.reverb_prob``) with rooms lhotse simulates, seeded from the batch.
 Each training cut (real or synthetic) may pass through, in this order and each with its own probability:
 
 - **pitch**: sox ``pitch`` by a number of cents drawn from ``pitch_range_cents`` (duration kept);
@@ -23,11 +24,14 @@ of their input; the result is scaled down only if it would clip.
 
 from __future__ import annotations
 
+import random
 import subprocess
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 import torch
+from lhotse import CutSet
+from lhotse.dataset import ReverbWithImpulseResponse
 
 from srupp_asr.errors import UserError
 
@@ -258,3 +262,35 @@ def codec_round_trip(samples: np.ndarray, codec: str, amr_mode: int = 7, rate: i
         raise RuntimeError(f"sox failed to encode {codec} ({done.stderr.decode(errors='replace').strip()})")
     decoded = _run([*_SOX, "-t", fmt, "-", *_RAW, "-r", str(rate), "-", "rate", "-v", str(rate)], done.stdout)
     return _fit_length(decoded[round(CODEC_DELAY_S[codec] * rate) :], len(samples))
+
+
+class SeededReverb(ReverbWithImpulseResponse):
+    """lhotse's reverberation transform with the generated impulse response drawn from ``randgen`` too.
+
+    lhotse's own passes no seed for the room it simulates, and ``Cut.reverb_rir`` then seeds it from ``uuid4()``:
+    the same batch, with the same seed, was reverberated differently every time, so no two runs (an uninterrupted
+    one and a resumed one, or two uninterrupted ones) trained alike. Here each reverberated cut's room and source
+    seed is drawn from ``randgen`` (the batch's seeded generator) after the choice to reverberate it."""
+
+    def __call__(self, cuts: CutSet) -> CutSet:
+        if self.random is None:
+            self.random = random.Random()
+        out = []
+        for cut in cuts:
+            if self.random.random() > self.p:
+                out.append(cut)
+                continue
+            rir = self.random.choice(self.rir_recordings) if self.rir_recordings else None
+            seed = self.random.randrange(2**63) if rir is None else None
+            out.append(
+                cut.reverb_rir(
+                    rir_recording=rir,
+                    normalize_output=self.normalize_output,
+                    early_only=self.early_only,
+                    affix_id=not self.preserve_id,
+                    rir_channels=self.rir_channels,
+                    room_rng_seed=seed,
+                    source_rng_seed=seed,
+                )
+            )
+        return CutSet.from_cuts(out)

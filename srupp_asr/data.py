@@ -3,7 +3,7 @@
 Manifests are read with :mod:`srupp_asr.manifest` (checked line by line first).
 :class:`ASRDataset` turns a batch of cuts (as a lhotse sampler yields them) into tensors, applying the on-the-fly
 augmentations (speed perturbation, noise, reverberation) on the cuts before their audio is loaded;
-:class:`ASRDataModule` wires manifests, samplers and data loaders for Lightning.
+:class:`ASRDataModule` wires manifests, the samplers of :mod:`srupp_asr.samplers` and data loaders for Lightning.
 """
 
 from __future__ import annotations
@@ -12,29 +12,25 @@ import contextlib
 import logging
 import os
 import random
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import islice
-from typing import NamedTuple
+from collections.abc import Iterator, Sequence
 
 import lightning as L
 import numpy as np
 import torch
 from lhotse import CutSet
-from lhotse.cut import Cut
-from lhotse.dataset import CutMix, DynamicBucketingSampler, ReverbWithImpulseResponse
+from lhotse.dataset import CutMix
 
 from srupp_asr.audio import SAMPLE_RATE, prepare_waveform
-from srupp_asr.augment import ChannelAugment
+from srupp_asr.augment import ChannelAugment, SeededReverb
 from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.errors import UserError
 from srupp_asr.manifest import CUT_SUFFIXES, check_cuts_manifest, cut_text, load_cut_audio, load_cuts
+from srupp_asr.samplers import BucketingSampler, MaxDurationFilter, ResumableSampler, SeededBatch, duration_bins
 from srupp_asr.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 TOKEN_PAD = -1  # padding value of ``tokens``; never a real id
-_BINS_ESTIMATE_CUTS = 10000  # lhotse's default number of cuts read to place the bucket boundaries
 
 
 class ASRDataset(torch.utils.data.Dataset):
@@ -49,14 +45,15 @@ class ASRDataset(torch.utils.data.Dataset):
     Augmentations, when given, run on the cuts before any audio is read: speed perturbation (one factor of
     ``speed_perturb`` drawn per cut; 1.0 leaves it alone), noise from ``noise_cuts`` (a random stretch of a longer
     recording) mixed in with probability ``noise_prob`` at an SNR drawn from ``snr_range``, and reverberation with
-    probability ``reverb_prob`` using impulse responses lhotse generates (:class:`SeededReverb`). Training batches
-    come from :class:`ResumableSampler` as :class:`SeededBatch` es whose seed depends on (sampler seed, rank, epoch,
-    batch index) only, so their random choices do not depend on the DataLoader worker and a resumed run augments
-    every batch exactly as the uninterrupted run did; other batches draw from a per-process generator seeded from
-    torch's RNG. ``channel_augment`` (a dict of :class:`srupp_asr.augment.ChannelAugment` settings) then
-    changes each loaded waveform: pitch, vocal tract length, microphone/loudspeaker response, codec. Augmented
-    audio is loaded under :func:`reproducible_loading`: it does not depend on the process's
-    global generators or thread count (so not on ``num_workers``), and loading it leaves those generators alone.
+    probability ``reverb_prob`` using impulse responses lhotse generates (:class:`srupp_asr.augment.SeededReverb`).
+    Training batches come from :class:`srupp_asr.samplers.ResumableSampler` as :class:`SeededBatch` es whose seed
+    depends on (sampler seed, rank, epoch, batch index) only, so their random choices do not depend on the
+    DataLoader worker and a resumed run augments every batch exactly as the uninterrupted run did; other batches
+    draw from a per-process generator seeded from torch's RNG. ``channel_augment`` (a dict of
+    :class:`srupp_asr.augment.ChannelAugment` settings) then changes each loaded waveform: pitch, vocal tract
+    length, microphone/loudspeaker response, codec. Augmented audio is loaded under :func:`reproducible_loading`:
+    it does not depend on the process's global generators or thread count (so not on ``num_workers``), and
+    loading it leaves those generators alone.
     """
 
     def __init__(
@@ -207,210 +204,11 @@ def reproducible_loading(seed: int) -> Iterator[None]:
         random.setstate(python_state)
 
 
-class SeededReverb(ReverbWithImpulseResponse):
-    """lhotse's reverberation transform with the generated impulse response drawn from ``randgen`` too.
-
-    lhotse's own passes no seed for the room it simulates, and ``Cut.reverb_rir`` then seeds it from ``uuid4()``:
-    the same batch, with the same seed, was reverberated differently every time, so no two runs (an uninterrupted
-    one and a resumed one, or two uninterrupted ones) trained alike. Here each reverberated cut's room and source
-    seed is drawn from ``randgen`` (the batch's seeded generator) after the choice to reverberate it."""
-
-    def __call__(self, cuts: CutSet) -> CutSet:
-        if self.random is None:
-            self.random = random.Random()
-        out = []
-        for cut in cuts:
-            if self.random.random() > self.p:
-                out.append(cut)
-                continue
-            rir = self.random.choice(self.rir_recordings) if self.rir_recordings else None
-            seed = self.random.randrange(2**63) if rir is None else None
-            out.append(
-                cut.reverb_rir(
-                    rir_recording=rir,
-                    normalize_output=self.normalize_output,
-                    early_only=self.early_only,
-                    affix_id=not self.preserve_id,
-                    rir_channels=self.rir_channels,
-                    room_rng_seed=seed,
-                    source_rng_seed=seed,
-                )
-            )
-        return CutSet.from_cuts(out)
-
-
 def _pad(seqs: list[torch.Tensor], value: float, dtype: torch.dtype) -> torch.Tensor:
     out = torch.full((len(seqs), max((len(s) for s in seqs), default=0)), value, dtype=dtype)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = s
     return out
-
-
-class SeededBatch(NamedTuple):
-    """A batch of cuts with the seed of its augmentation, derived from where it sits in the run."""
-
-    cuts: CutSet
-    seed: int
-
-
-def batch_seed(base: int, rank: int, epoch: int, index: int) -> int:
-    """A seed for batch ``index`` of ``epoch`` on ``rank`` (deterministic, distinct per position)."""
-    seed = 0
-    for part in (base, rank, epoch, index):
-        seed = (seed * 1_000_003 + part) % 2**63
-    return seed
-
-
-class ResumableSampler(torch.utils.data.Sampler):
-    """A lhotse sampler that follows the trainer's epoch and can skip the batches a resumed run already saw.
-
-    Lightning creates the training iterator before it calls ``set_epoch``, so after a resume the first epoch
-    would be shuffled as epoch 0; reading the epoch from ``epoch_fn`` when iteration starts avoids that.
-    """
-
-    def __init__(
-        self,
-        sampler: BucketingSampler,
-        epoch_fn: Callable[[], int] | None = None,
-        epoch_done: Callable[[int, int], None] | None = None,
-    ) -> None:
-        """Wrap ``sampler``; ``epoch_fn()`` (optional) gives the epoch to use when iteration starts, and
-        ``epoch_done(epoch, rank)`` (optional) is called when an iteration has gone through the whole epoch."""
-        super().__init__()
-        self.sampler = sampler
-        self.epoch_fn = epoch_fn
-        self.epoch_done = epoch_done
-        self._skip: tuple[int, int] | None = None  # (epoch, batches to skip)
-        self._iterating: int | None = None  # the epoch of the iteration under way (set_epoch may change the next)
-
-    @property
-    def epoch(self) -> int:
-        """The epoch the wrapped sampler shuffles for."""
-        return self.sampler.epoch
-
-    @property
-    def iterating_epoch(self) -> int:
-        """The epoch of the iteration under way (or the last one); :attr:`epoch` when none has started."""
-        return self.epoch if self._iterating is None else self._iterating
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (its shuffling order) of the next iteration."""
-        self.sampler.set_epoch(epoch)
-
-    def skip_batches(self, epoch: int, batches: int) -> None:
-        """On the next iteration of ``epoch``, leave out its first ``batches`` batches (a resumed epoch)."""
-        self._skip = (epoch, batches)
-        self.set_epoch(epoch)
-
-    def __iter__(self) -> Iterator[SeededBatch]:
-        if self.epoch_fn is not None:
-            self.set_epoch(self.epoch_fn())
-        batches = iter(self.sampler)
-        self._iterating = current = self.epoch
-        index = 0
-        if self._skip is not None:
-            epoch, n = self._skip
-            self._skip = None
-            if epoch == current and n > 0:
-                log.info("resuming epoch %d after %d batches", epoch, n)
-                for _ in range(n):
-                    if next(batches, None) is None:
-                        return
-                index = n
-        # Not ``yield from``: a lhotse sampler is its own iterator and calling iter() on it again restarts it.
-        while (batch := next(batches, None)) is not None:
-            yield SeededBatch(batch, batch_seed(self.sampler.seed, self.sampler.rank, current, index))
-            index += 1
-        if self.epoch_done is not None:
-            self.epoch_done(current, self.sampler.rank)
-
-
-def padded_duration(cuts: Iterable[Cut]) -> float:
-    """Seconds of audio a batch of ``cuts`` takes once padded: the number of cuts times the longest one (what lhotse's
-    ``max_duration`` limits)."""
-    durations = [cut.duration for cut in cuts]
-    return len(durations) * max(durations, default=0.0)
-
-
-class BucketingSampler(DynamicBucketingSampler):
-    """lhotse's ``DynamicBucketingSampler`` whose batches keep to ``max_duration`` counting padding
-    (:func:`padded_duration`), except a single cut longer than that, which is a batch of its own.
-
-    lhotse adds the cut that crosses the limit to the batch it is filling (lhotse issue #1590): where a bucket spans
-    a wide range of durations (the last one, or any bucket of a small corpus) a batch of a 1 s and a 50 s cut came
-    out under ``max_duration=8`` (100 s padded). Such a batch is split here into the cuts before that one, which
-    keep to the limit, and that cut, next. The split happens before the ranks take their share of a round of
-    batches, so under DDP every rank still sees the same sequence and as many batches as the others."""
-
-    def __iter__(self) -> BucketingSampler:
-        """Start an epoch (lhotse's sampler is its own iterator)."""
-        self._held: deque[CutSet] = deque()
-        return super().__iter__()
-
-    def _next_batch(self) -> CutSet:
-        """The next batch of the whole run (lhotse's ``__next__`` then picks this rank's of each round)."""
-        if self._held:
-            return self._held.popleft()
-        batch = super()._next_batch()
-        if len(batch) > 1 and padded_duration(batch) > self.max_duration:
-            cuts = list(batch)  # in the order lhotse added them: the last one crossed the limit
-            self._held.append(CutSet.from_cuts(cuts[-1:]))
-            return CutSet.from_cuts(cuts[:-1])
-        return batch
-
-
-def duration_bins(cuts: CutSet, wanted: int) -> list[float]:
-    """Bucket boundaries (seconds) for ``wanted`` buckets (at most one per cut), placed as lhotse places them (on
-    the first ``_BINS_ESTIMATE_CUTS`` cuts). Where lhotse would place none (one bucket: lhotse asserts on that, or
-    warns "Mean of empty slice" at every epoch), a boundary above the longest cut makes the one bucket."""
-    from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
-
-    sample = list(islice(cuts, _BINS_ESTIMATE_CUTS))
-    buckets = min(wanted, len(sample))
-    bins = estimate_duration_buckets(sample, num_buckets=buckets) if buckets >= 2 else []
-    return bins or [max((c.duration for c in sample), default=0.0) + 1.0]
-
-
-class _MaxDuration:
-    """Sampler filter: drop cuts longer than ``limit`` seconds, naming the first few in the log; :meth:`epoch_done`
-    logs how many an epoch dropped."""
-
-    def __init__(self, limit: float, manifest: str, show: int = 10) -> None:
-        self.limit, self.manifest, self.show, self.dropped = limit, manifest, show, 0
-        self.dropped_this_epoch = 0
-        self.seconds_this_epoch = 0.0
-
-    def __call__(self, cut: Cut) -> bool:
-        if cut.duration <= self.limit:
-            return True
-        self.dropped += 1
-        self.dropped_this_epoch += 1
-        self.seconds_this_epoch += cut.duration
-        if self.dropped <= self.show:
-            more = "; further ones are counted at the epoch's end" if self.dropped == self.show else ""
-            log.warning(
-                "%s: dropping cut %s (%.1f s > max_cut_duration %.1f s)%s",
-                self.manifest,
-                cut.id,
-                cut.duration,
-                self.limit,
-                more,
-            )
-        return False
-
-    def epoch_done(self, epoch: int, rank: int) -> None:
-        """Log (on rank 0: every rank's sampler sees every cut) the cuts the epoch ``epoch`` dropped, and start
-        counting afresh."""
-        if self.dropped_this_epoch and rank == 0:
-            log.warning(
-                "%s: epoch %d dropped %d cuts (%.1f h) longer than max_cut_duration %.1f s",
-                self.manifest,
-                epoch,
-                self.dropped_this_epoch,
-                self.seconds_this_epoch / 3600,
-                self.limit,
-            )
-        self.dropped_this_epoch, self.seconds_this_epoch = 0, 0.0
 
 
 class ASRDataModule(L.LightningDataModule):
@@ -542,7 +340,7 @@ class ASRDataModule(L.LightningDataModule):
         )
         too_long = None
         if self.max_cut_duration is not None:
-            too_long = _MaxDuration(self.max_cut_duration, str(self.train_cuts_path))
+            too_long = MaxDurationFilter(self.max_cut_duration, str(self.train_cuts_path))
             sampler.filter(too_long)
         noise = load_cuts(self.noise_cuts_path) if self.noise_cuts_path else None
         dataset = ASRDataset(

@@ -131,7 +131,7 @@ def prepare_resume(checkpoint: dict) -> None:
     - a checkpoint of an epoch's last training batch is marked ``is_last_batch``, and resuming, Lightning counts
       that epoch as finished and then finds the next one finished too, before it has drawn a batch: the resumed run
       would train on epoch e + 2's batches where the uninterrupted run trained on e + 1's. With the flag cleared
-      Lightning re-enters epoch e, :class:`~srupp_asr.data.ResumableSampler` skips its batches (all of them), the
+      Lightning re-enters epoch e, :class:`~srupp_asr.samplers.ResumableSampler` skips its batches (all of them), the
       epoch's end hooks run (they had not when the checkpoint was written) and epoch e + 1 follows as it did
       uninterrupted;
     - a checkpoint written when training ended in mid-epoch (``max_steps``, ``max_time``) counts that epoch as

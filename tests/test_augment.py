@@ -10,8 +10,9 @@ from lhotse import CutSet, Recording, SupervisionSegment
 from lhotse.utils import fastcopy
 
 from srupp_asr import augment as A
-from srupp_asr.data import ASRDataModule, ASRDataset, SeededBatch
+from srupp_asr.data import ASRDataModule, ASRDataset
 from srupp_asr.errors import UserError
+from srupp_asr.samplers import SeededBatch
 from srupp_asr.tokenizer import Tokenizer
 
 RATE = 16000

@@ -20,10 +20,11 @@ from lhotse.testing.dummies import dummy_cut
 from lhotse.utils import fastcopy
 
 from srupp_asr.audio import SAMPLE_RATE, load_audio
-from srupp_asr.data import ASRDataModule, ASRDataset, SeededBatch
+from srupp_asr.data import ASRDataModule, ASRDataset
 from srupp_asr.errors import UserError
 from srupp_asr.frontend import Fbank, compute_cmvn_stats
 from srupp_asr.manifest import save_cuts
+from srupp_asr.samplers import SeededBatch
 from srupp_asr.text import normalize_text
 from srupp_asr.tokenizer import Tokenizer
 
@@ -277,7 +278,7 @@ def test_duration_bins_are_lhotses_and_a_tiny_manifest_gets_one_bucket_without_w
     from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
     from lhotse.testing.dummies import dummy_cut
 
-    from srupp_asr.data import duration_bins
+    from srupp_asr.samplers import duration_bins
 
     cuts = CutSet.from_cuts([dummy_cut(i, duration=1.0 + i % 7) for i in range(40)])
     assert duration_bins(cuts, 4) == estimate_duration_buckets(cuts, num_buckets=4)  # as lhotse places them

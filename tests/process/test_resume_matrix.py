@@ -23,9 +23,10 @@ import torch
 from lhotse import CutSet, MonoCut, Recording
 
 from srupp_asr.checkpoints import load_checkpoint
-from srupp_asr.data import ASRDataset, SeededBatch
+from srupp_asr.data import ASRDataset
 from srupp_asr.lightning_module import ASRLightningModule
 from srupp_asr.manifest import load_cuts
+from srupp_asr.samplers import SeededBatch
 from tests.process.runs import (
     NO_STEP_CHECKPOINTS,
     TOTAL_STEPS,
