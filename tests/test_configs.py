@@ -4,6 +4,8 @@ directory, the configs ship as package data, and an error in a command-line over
 from __future__ import annotations
 
 import configparser
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,43 @@ def test_from_another_directory_a_misspelt_override_names_the_override(tmp_path,
     (tmp_path / "bad.yaml").write_text("model:\n  lrr: 0.1\n")
     code, last = _train(capsys, "--config", "tiny_cpu", "--config", "bad.yaml")
     assert code == 2 and "bad.yaml" in last, last
+
+
+def test_every_shipped_decoding_config_reads_as_its_yaml():
+    import yaml
+
+    for path in sorted((REPO / "conf").glob("decode_*.yaml")):
+        assert configs.read_decode_config(path) == yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("beam: 10\nctc-weight: 0.3\nlength_penalty: 0\nlm_weight: 0.5\n", "unknown key 'ctc-weight'"),
+        ("beam: 10\nctc_weight: 0.3\nlength_penalty: 0\n", "no lm_weight"),
+        ("beam: 10\nctc_weight: 1.5\nlength_penalty: 0\nlm_weight: 0.5\n", "ctc_weight must be in [0, 1]"),
+        ("beam: ten\nctc_weight: 0.3\nlength_penalty: 0\nlm_weight: 0.5\n", "beam must be an integer"),
+    ],
+)
+def test_a_decoding_config_with_a_wrong_key_or_value_is_one_line_naming_it(tmp_path, capsys, text, problem):
+    path = tmp_path / "decode.yaml"
+    path.write_text(text)
+    assert configs.main(["decode", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and problem in err
+
+
+def test_the_recipes_decoding_options_come_from_the_config_read_by_python(tmp_path):
+    # decode_options of recipes/common/stages.sh, as a corpus recipe calls it, on a flow mapping: YAML that a
+    # line-wise sed read as no values at all.
+    config = tmp_path / "decode.yaml"
+    config.write_text("{beam: 7, ctc_weight: 0.25, length_penalty: 0.5, lm_weight: 0.4}  # narrow\n")
+    script = (
+        f"source {REPO}/recipes/common/stages.sh; py={sys.executable}; decode_config={config}; use_lm=true; "
+        'lm_dir=LM; beam=; ctc_weight=0.1; lm_weight=; decode_options joint; echo "${decode_args[*]}"'
+    )
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.split() == [
+        "--decoding", "joint", "--beam", "7", "--ctc-weight", "0.1", "--length-penalty", "0.5",
+        "--lm", "LM", "--lm-weight", "0.4",
+    ]  # fmt: skip

@@ -16,7 +16,7 @@
 #   log, runs       read the recipe's $recipe, $stage and $stop_stage;
 #   usage           prints the header comment of the running script ($0);
 #   parse_options   reads the recipe's table $options and sets its option variables;
-#   conf_value, decode_options, system_name, stage_decode (the corpus recipes' decoding) read the corpus recipes'
+#   decode_options, system_name, stage_decode (the corpus recipes' decoding) read the corpus recipes'
 #                   decoding options $decode_config, $beam, $ctc_weight, $lm_weight, $use_lm and $lm_dir.
 # Call a stage inside `if runs N; then ... fi`, never as `runs N && stage_...`: bash ignores `set -e` in a function
 # called from a && list, and a failing command would not stop the recipe.
@@ -315,17 +315,18 @@ stage_summary() {
 
 # ---- stages of the corpus recipes (librispeech, tedlium3, aishell1) ----------------------------------------------
 
-# conf_value KEY: the value of KEY in the flat "key: value" decode config $decode_config (empty when absent).
-conf_value() { sed -n "s/^$1:[[:space:]]*\([^[:space:]#]*\).*/\1/p" "$decode_config" | head -n 1; }
-
 # decode_options MODE: set the array decode_args to the srupp-asr evaluate / transcribe options of the decoding mode
-# MODE: beam and weights from the decode config unless given on the command line ($beam, $ctc_weight, $lm_weight),
-# and the LM $lm_dir in the beam modes when $use_lm is true.
+# MODE: beam and weights from the decode config $decode_config (read and checked by Python: srupp_asr.configs; a bad
+# config stops the recipe with its one-line error) unless given on the command line ($beam, $ctc_weight,
+# $lm_weight), and the LM $lm_dir in the beam modes when $use_lm is true.
 decode_options() {
-  decode_args=(--decoding "$1" --beam "${beam:-$(conf_value beam)}"
-    --ctc-weight "${ctc_weight:-$(conf_value ctc_weight)}" --length-penalty "$(conf_value length_penalty)")
+  local values conf_beam conf_ctc_weight conf_length_penalty conf_lm_weight
+  values=$("$py" -m srupp_asr.configs decode "$decode_config") || exit 2
+  read -r conf_beam conf_ctc_weight conf_length_penalty conf_lm_weight <<<"$values"
+  decode_args=(--decoding "$1" --beam "${beam:-$conf_beam}"
+    --ctc-weight "${ctc_weight:-$conf_ctc_weight}" --length-penalty "$conf_length_penalty")
   if $use_lm && [ "$1" != ctc_greedy ]; then
-    decode_args+=(--lm "$lm_dir" --lm-weight "${lm_weight:-$(conf_value lm_weight)}")
+    decode_args+=(--lm "$lm_dir" --lm-weight "${lm_weight:-$conf_lm_weight}")
   fi
 }
 
