@@ -202,3 +202,12 @@ def test_the_checker_catches_a_misspelt_option_command_and_script():
     assert check_srupp_asr(["decode", "x"]) == ["srupp-asr: no command 'decode'"]
     assert check_srupp_asr(["corpus", "prepare", "--no-such"]) == ["srupp-asr corpus: unknown option --no-such"]
     assert check_script("benchmarks/nothing.py", []) == ["benchmarks/nothing.py: no such script"]
+
+
+def test_the_readme_puts_srupp_asr_on_the_path_before_its_first_command_and_spells_it_one_way():
+    # After `make setup` srupp-asr lives in .venv/bin: a bare `srupp-asr` works only once the venv is activated.
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    spellings = {word for words in shell_lines(text) for word in words if Path(word).name == "srupp-asr"}
+    assert spellings == {"srupp-asr"}
+    first_command = re.search(r"^srupp-asr ", text, flags=re.MULTILINE)
+    assert first_command is not None and text.index("source .venv/bin/activate") < first_command.start()
