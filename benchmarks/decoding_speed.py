@@ -33,7 +33,7 @@ import yaml
 from srupp_asr.audio import SAMPLE_RATE, load_audio
 from srupp_asr.decoding import MODES, DecodingOptions, decode, decode_encoded
 from srupp_asr.model import ASRModel
-from srupp_asr.model_dir import load_model
+from srupp_asr.model_dir import load_model_dir
 from srupp_asr.tokenizer import Tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as tmp:
         if args.model:
-            model, tokenizer = load_model(args.model, device)
+            model, tokenizer = load_model_dir(args.model, device)
         else:
             model, tokenizer = untrained_model(Path(tmp))
             model.to(device)

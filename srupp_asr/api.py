@@ -16,7 +16,7 @@ each word's ``word``, ``start``, ``end``, ``confidence``.
 
 A model directory that carries its language model (``lm/``) is decoded with it by default (``no_lm=True`` or
 ``lm_weight=0`` turns it off, ``lm=DIR`` takes another); the LM is loaded at the first call that fuses it and kept.
-The loading is :class:`srupp_asr.decoding.batch.LoadedModel`'s, which :func:`srupp_asr.transcribe` also uses for a
+The loading is :class:`srupp_asr.loading.LoadedModel`'s, which :func:`srupp_asr.transcribe` also uses for a
 model given by its directory: this module imports ``transcribe``, never the other way round.
 """
 
@@ -26,7 +26,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE
-from srupp_asr.decoding.batch import LoadedModel
+from srupp_asr.loading import LoadedModel
 from srupp_asr.transcribe import transcribe  # one way: transcribe imports nothing of this module
 
 if TYPE_CHECKING:

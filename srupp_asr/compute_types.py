@@ -31,19 +31,6 @@ def check_compute_type(compute_type: str) -> None:
         raise UserError(f"--compute-type {compute_type}: unknown (choose {' or '.join(COMPUTE_TYPES)})")
 
 
-def compute_device(compute_type: str, device: str) -> str:
-    """The device a model of ``compute_type`` runs on for the requested ``device`` (``cpu``, ``cuda``, ``auto``):
-    int8 runs on the CPU only, so ``auto`` picks the CPU for it and ``cuda`` is a one-line UserError."""
-    from srupp_asr.decoding.cli import resolve_device
-
-    check_compute_type(compute_type)
-    if compute_type == "int8":
-        if device != "auto" and resolve_device(device) != "cpu":
-            raise UserError(f"--compute-type int8 runs on the CPU only, not on --device {device} (use --device cpu)")
-        return "cpu"
-    return resolve_device(device)
-
-
 def apply_compute_type(model: torch.nn.Module, compute_type: str) -> torch.nn.Module:
     """``model`` (on the CPU for int8) in ``compute_type``; int8 replaces its Linear layers in place (the float32
     weights they held are freed)."""

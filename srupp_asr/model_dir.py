@@ -16,7 +16,7 @@ Floating weights may be stored as float16 or bfloat16 (``--dtype``; CMVN stats s
 back into the float32 model.
 
 Writing: :func:`export_model` (a state dict, the model's settings and its tokenizer; ``srupp-asr average`` in
-:mod:`srupp_asr.average` calls it), :func:`write_model_dir`. Reading: :func:`load_model` (inference),
+:mod:`srupp_asr.average` calls it), :func:`write_model_dir`. Reading: :func:`load_model_dir` (inference),
 :func:`initial_weights` (``train fit --model.init_from``), :func:`read_weights`, :func:`build_with_weights` (also
 used for LM directories, :mod:`srupp_asr.lm`). A directory from a stranger is treated as untrusted throughout.
 """
@@ -266,7 +266,7 @@ def read_model_config(model_dir: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def load_model(
+def load_model_dir(
     model_dir: str | os.PathLike, device: str | torch.device = "cpu", compute_type: str = DEFAULT_COMPUTE_TYPE
 ) -> tuple[ASRModel, Tokenizer]:
     """The model (in eval mode, on ``device``, in ``compute_type``: :mod:`srupp_asr.compute_types`) and tokenizer

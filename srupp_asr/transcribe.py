@@ -20,7 +20,7 @@ finds and probes the inputs, makes the transcripts and writes them. A file that 
 audio, truncated) is reported through ``on_error`` with a one-line reason and the others are still transcribed.
 Module-level imports stay light (no torch), so ``srupp-asr transcribe --help`` starts fast and ``srupp_asr`` can
 export :func:`transcribe`. The inputs are found by :mod:`srupp_asr.inputs`; the decoding settings and their
-arguments are :mod:`srupp_asr.decoding.cli`'s.
+arguments are :mod:`srupp_asr.decoding.cli`'s; the model, its LM and its device are :mod:`srupp_asr.loading`'s.
 """
 
 from __future__ import annotations
@@ -37,17 +37,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument
-from srupp_asr.decoding.batch import BatchDecoder, Batching, LoadedModel, Recording
-from srupp_asr.decoding.cli import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_OPTIONS,
-    add_decoding_arguments,
-    choose_lm,
-    fused_options,
-    requested_options,
-)
+from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording
+from srupp_asr.decoding.cli import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
 from srupp_asr.errors import DECODING_MEMORY_REMEDY, UserError, first_line, is_out_of_memory, out_of_memory_line
 from srupp_asr.inputs import default_model_candidates, find_inputs
+from srupp_asr.loading import LoadedModel
 from srupp_asr.writers import (
     FORMATS,
     MAX_SEGMENT_WORDS,
@@ -145,7 +139,7 @@ def transcribe(
     ``**decode_options`` set its fields instead (``beam=5``; ``decoding`` is ``mode``; None leaves a field as it
     is), over ``options`` when both are given. Shallow fusion: the model directory's own LM (``MODEL_DIR/lm``) with
     its recorded weight by default; ``lm`` another LM directory (``srupp-asr train-lm``); ``lm_weight`` overrides
-    the weight (0: no LM); ``no_lm`` decodes without one (see :func:`~srupp_asr.decoding.cli.choose_lm`). The fused
+    the weight (0: no LM); ``no_lm`` decodes without one (see :func:`~srupp_asr.loading.choose_lm`). The fused
     LM's directory is in each transcript's ``decoding["lm"]``. ``on_error(message)`` gets a one-line
     ``"PATH: reason"`` per file that cannot be transcribed, in input order; without it the first such file raises
     :class:`UserError`. ``on_transcript`` is called with each transcript in input order as soon as it is ready.
@@ -178,21 +172,22 @@ def transcribe(
         report(message)
     if not files:
         return []
+    jobs = [_Job(path, name) for path, name in zip(files, output_names(files), strict=True)]
+    for job, reader in zip(jobs, readers, strict=False):
+        job.samples = reader
+    readable = _probe(jobs, report)  # before the model loads: a file that is not audio is named at once
+    if not readable:
+        return []
     if threads:
         torch.set_num_threads(threads)
     folder_lock = OutputDirLock(output_dir)  # one transcribe per output folder (released as this returns)
     loaded = model if isinstance(model, LoadedModel) else LoadedModel.load(model, device, compute_type)
-    choice = choose_lm(loaded.model_dir, options.mode, lm, lm_weight, no_lm)
-    options = fused_options(options, choice)
-    fusion_lm = loaded.fusion_lm(choice.path) if choice.path is not None else None
+    options, fusion_lm, choice = loaded.fuse(options, lm, lm_weight, no_lm)
     log.info("%s", choice.describe())
     batching = Batching.chunked(options, batch_size, max_chunk_seconds, chunk_overlap, vad)
     decoder = BatchDecoder(loaded.net, loaded.tokenizer, options, fusion_lm, batching, loaded.model_dir)
     settings = {**dataclasses.asdict(options), **({"lm": str(choice.path)} if choice.path is not None else {})}
 
-    jobs = [_Job(path, name) for path, name in zip(files, output_names(files), strict=True)]
-    for job, reader in zip(jobs, readers, strict=False):
-        job.samples = reader
     done: list[Transcript] = []
 
     def finish(job: _Job, result: Decoded) -> None:
@@ -215,15 +210,6 @@ def transcribe(
         if on_transcript is not None:
             on_transcript(transcript)
 
-    readable: list[_Job] = []
-    for job in jobs:
-        try:
-            with job.open() as reader:
-                job.num_samples = reader.num_samples
-            readable.append(job)
-        except UserError as err:
-            report(str(err))
-
     total = sum(job.num_samples for job in readable) / SAMPLE_RATE
     recordings = [Recording(job.path, job.num_samples, job.open) for job in readable]
     bar = tqdm(total=total, desc="transcribing", unit="s", disable=not progress, file=sys.stderr, bar_format=PROGRESS)
@@ -232,6 +218,19 @@ def transcribe(
             finish(job, result)
     folder_lock.release()
     return done
+
+
+def _probe(jobs: list[_Job], report: Callable[[str], None]) -> list[_Job]:
+    """The jobs whose audio opens, each with its length in samples; each one that does not is reported."""
+    readable = []
+    for job in jobs:
+        try:
+            with job.open() as reader:
+                job.num_samples = reader.num_samples
+            readable.append(job)
+        except UserError as err:
+            report(str(err))
+    return readable
 
 
 def _transcript(

@@ -53,7 +53,7 @@ def test_the_model_is_loaded_once(loaded, utts, monkeypatch):
     def no_loading(*args, **kwargs):
         raise AssertionError("the model was loaded again")
 
-    monkeypatch.setattr(srupp_asr.model_dir, "load_model", no_loading)
+    monkeypatch.setattr(srupp_asr.model_dir, "load_model_dir", no_loading)
     for wav, text in utts[:2]:
         assert loaded.transcribe(wav, **GREEDY).text == text
 

@@ -23,7 +23,7 @@ from srupp_asr.errors import UserError
 from srupp_asr.frontend import load_cmvn
 from srupp_asr.lightning_module import ASRLightningModule
 from srupp_asr.model import ASRModel
-from srupp_asr.model_dir import export_model, load_model, read_weight_shapes, read_weights
+from srupp_asr.model_dir import export_model, load_model_dir, read_weight_shapes, read_weights
 from srupp_asr.tokenizer import Tokenizer
 from srupp_asr.train import run_train
 from tests.helpers import CHAR_CORPUS, SPOKEN, TINY, TINY_CONFIG, one_line_error, seeded_model, write_checkpoint
@@ -242,13 +242,13 @@ def test_exported_model_loads_without_pickle_and_computes_the_same(run, tmp_path
     source.eval()
 
     def refuse(*args, **kwargs):
-        raise AssertionError("load_model unpickled something")
+        raise AssertionError("load_model_dir unpickled something")
 
     with monkeypatch.context() as patch:
         for target, name in ((pickle, "load"), (pickle, "loads"), (pickle, "Unpickler"), (torch, "load")):
             patch.setattr(target, name, refuse)
         patch.setattr(torch.serialization, "load", refuse)
-        model, tokenizer = load_model(out)
+        model, tokenizer = load_model_dir(out)
     assert not model.training and tokenizer.vocab_size == model.vocab_size
 
     gen = torch.Generator().manual_seed(0)
@@ -348,7 +348,7 @@ def test_broken_model_directories_are_user_errors_naming_the_file(model_dir, bre
     breaks(model_dir)
     where = model_dir / file if file else model_dir
     with pytest.raises(UserError) as err:
-        load_model(model_dir)
+        load_model_dir(model_dir)
     assert "\n" not in str(err.value)
     assert str(err.value).startswith(f"{where}: ")
     assert err.match(message)
@@ -365,7 +365,7 @@ def test_average_command_exports_the_best_checkpoints(run, tmp_path, capsys):
     assert printed[3] == f"wrote {out} (config.yaml, model.safetensors, tokenizer.model)"
     source = yaml.safe_load((out / "config.yaml").read_text())["source"]
     assert source["checkpoints"] == [p.name for p in chosen] and source["metric"] == "valid/loss"
-    model, _ = load_model(out)
+    model, _ = load_model_dir(out)
     expected = average_checkpoints(chosen)["model.ctc.weight"]
     assert torch.equal(model.ctc.weight.detach(), expected)
 
@@ -413,7 +413,7 @@ def test_sharded_weights_respect_the_limit_and_load_as_the_single_file(tmp_path,
 
     assert all(torch.equal(read_weights(sharded)[k], weights[k]) for k in weights)
     assert {k: v.shape for k, v in read_weight_shapes(sharded).items()} == {k: v.shape for k, v in weights.items()}
-    from_shards, from_file = outputs(load_model(sharded)[0]), outputs(load_model(model_dir)[0])
+    from_shards, from_file = outputs(load_model_dir(sharded)[0]), outputs(load_model_dir(model_dir)[0])
     assert all(torch.equal(a, b) for a, b in zip(from_shards, from_file, strict=True))
 
 
@@ -453,7 +453,7 @@ def test_half_precision_storage_halves_the_files_and_loads_the_rounded_weights(
     size, full_size = (out / "model.safetensors").stat().st_size, (full / "model.safetensors").stat().st_size
     assert size < 0.6 * full_size  # half the data; the tiny model's header (74 names) is a tenth of the file
 
-    loaded, _ = load_model(out)
+    loaded, _ = load_model_dir(out)
     rounded = {k: v.to(stored[k].dtype).to(v.dtype) for k, v in weights.items()}
     for key, value in loaded.state_dict().items():
         assert value.dtype == weights[key].dtype and torch.equal(value, rounded[key]), key
@@ -472,7 +472,7 @@ def test_float16_refuses_weights_beyond_its_range(tmp_path, char_tokenizer):
     with pytest.raises(UserError, match=r"model: ctc\.bias has values beyond the range of torch\.float16 \(store as"):
         export_model(weights, model.config, char_tokenizer.path, tmp_path / "model", dtype=torch.float16)
     out = export_model(weights, model.config, char_tokenizer.path, tmp_path / "model", dtype=torch.bfloat16)
-    assert load_model(out)[0].ctc.bias[0].item() == pytest.approx(1e5, rel=2**-8)
+    assert load_model_dir(out)[0].ctc.bias[0].item() == pytest.approx(1e5, rel=2**-8)
 
 
 @pytest.mark.parametrize(
@@ -499,7 +499,7 @@ def test_average_command_writes_float16_shards(tmp_path, char_tokenizer, capsys)
     shards = [name for name in files if name.startswith("model-")]
     assert len(shards) > 2 and "model.safetensors.index.json" in files
     assert all((out / name).stat().st_size <= 15_000 for name in shards)
-    model, _ = load_model(out)
+    model, _ = load_model_dir(out)
     expected = average_checkpoints(ckpts)["model.ctc.weight"].half().float()
     assert torch.equal(model.ctc.weight.detach(), expected)
 
@@ -528,7 +528,7 @@ def test_average_command_ships_an_lm_in_the_model_directory(tmp_path, char_token
     assert load_file(out / "lm" / "model.safetensors")["out.weight"].dtype == torch.float16
     shipped, _ = load_lm(out / "lm")
     assert torch.equal(shipped.out.weight, lm.out.weight.half().float())
-    load_model(out)  # the model directory itself reads as before
+    load_model_dir(out)  # the model directory itself reads as before
 
     # Without --lm-weight: the LM's own recorded weight, else 0.3; --lm-weight alone, or a bad LM, writes nothing.
     assert main([*common, "--lm", str(out / "lm"), "--out", str(tmp_path / "again")]) == 0
@@ -658,8 +658,8 @@ def test_averaged_export_matches_the_lightning_module_bit_for_bit_and_decodes_th
     module = ASRLightningModule(str(char_tokenizer.path), **network)
     module.load_state_dict(avg, strict=True)  # the Lightning keys, as a resumed run would load them
     module.eval()
-    full, _ = load_model(export_model(avg, models[0].config, char_tokenizer.path, tmp_path / "full"))
-    half, _ = load_model(
+    full, _ = load_model_dir(export_model(avg, models[0].config, char_tokenizer.path, tmp_path / "full"))
+    half, _ = load_model_dir(
         export_model(
             avg, models[0].config, char_tokenizer.path, tmp_path / "half", dtype=torch.float16, max_shard_bytes=10_000
         )

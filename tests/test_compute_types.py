@@ -9,8 +9,9 @@ import torch
 
 import srupp_asr
 import srupp_asr.sru
-from srupp_asr.compute_types import apply_compute_type, check_compute_type, compute_device
+from srupp_asr.compute_types import apply_compute_type, check_compute_type
 from srupp_asr.errors import UserError
+from srupp_asr.loading import compute_device
 from tests.helpers import seeded_model, write_tone
 
 PER_CHANNEL_SYMMETRIC = torch.per_channel_symmetric
@@ -114,7 +115,7 @@ def test_the_python_api_and_transcribe_load_int8_when_asked(model_dir, tmp_path)
 
 def test_the_command_line_passes_compute_type_to_the_loader(model_dir, tmp_path, monkeypatch, capsys):
     from srupp_asr.cli import main
-    from srupp_asr.decoding.batch import LoadedModel
+    from srupp_asr.loading import LoadedModel
 
     asked: list[str] = []
     load = LoadedModel.load.__func__

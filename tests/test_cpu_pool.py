@@ -1,6 +1,6 @@
-"""The CPU extension's pool of output buffers (srupp_asr/kernels/sru_cpu.cpp; on by default, up to 1024 MiB): freed outputs
-are reused, live ones never are, results do not depend on it, and its limit ($SRUPP_CPU_POOL_MB, ``set_pool_limit``)
-holds."""
+"""The CPU extension's pool of output buffers (srupp_asr/kernels/sru_cpu.cpp; on by default, up to 1024 MiB): freed
+outputs are reused, live ones never are, results do not depend on it, and its limit ($SRUPP_CPU_POOL_MB,
+``set_pool_limit``) holds."""
 
 from __future__ import annotations
 

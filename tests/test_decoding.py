@@ -26,11 +26,12 @@ import torchaudio.functional as taf
 from srupp_asr.audio import load_audio
 from srupp_asr.decoding import MODES, DecodingOptions, Hypothesis, decode, decode_encoded
 from srupp_asr.decoding.alignment import align_hypothesis, token_spans
-from srupp_asr.decoding.cli import add_decoding_arguments, resolve_device
+from srupp_asr.decoding.cli import add_decoding_arguments
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
 from srupp_asr.errors import UserError
+from srupp_asr.loading import resolve_device
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID, ASRModel
-from srupp_asr.model_dir import load_model
+from srupp_asr.model_dir import load_model_dir
 from srupp_asr.text import normalize_text
 
 # The fixture model is trained with ctc_weight 0.5 and stops as soon as greedy CTC is exact, when its attention
@@ -42,7 +43,7 @@ TRAINED_CTC_WEIGHT = 0.5
 def overfit(overfit_model_dir: tuple[Path, list[tuple[Path, str]]]):
     """(model, tokenizer, padded audio, audio lengths, reference texts) of the overfit model's utterances."""
     model_dir, utterances = overfit_model_dir
-    model, tokenizer = load_model(model_dir)
+    model, tokenizer = load_model_dir(model_dir)
     waves = [load_audio(path) for path, _ in utterances]
     lens = torch.tensor([w.numel() for w in waves])
     audio = torch.zeros(len(waves), int(lens.max()))

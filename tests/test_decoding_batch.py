@@ -13,8 +13,9 @@ import torch
 
 from srupp_asr.audio import SAMPLE_RATE, AudioReader, SamplesReader
 from srupp_asr.decoding import DecodingOptions
-from srupp_asr.decoding.batch import BatchDecoder, Batching, LoadedModel, Recording, UnusableModel
+from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording, UnusableModel
 from srupp_asr.errors import UserError
+from srupp_asr.loading import LoadedModel
 
 GREEDY = DecodingOptions("ctc_greedy")
 

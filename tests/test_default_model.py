@@ -12,7 +12,7 @@ import yaml
 
 import srupp_asr
 from srupp_asr.inputs import DEFAULT_MODEL_ENV, default_model_dir
-from srupp_asr.model_dir import load_model, read_weights, weight_files
+from srupp_asr.model_dir import load_model_dir, read_weights, weight_files
 from srupp_asr.scoring.align import Counts, align_batch, word_tokens
 from srupp_asr.transcribe import transcribe
 
@@ -45,7 +45,7 @@ def test_the_shipped_model_is_float16_shards_each_under_the_transfer_limit():
     dtypes = {name: t.dtype for name, t in weights.items() if t.is_floating_point()}
     assert {dtypes.pop("cmvn.mean"), dtypes.pop("cmvn.istd")} == {torch.float32}  # the stats keep float32
     assert dtypes and set(dtypes.values()) == {torch.float16}
-    model, tokenizer = load_model(SHIPPED)
+    model, tokenizer = load_model_dir(SHIPPED)
     assert 15.5e6 < sum(p.numel() for p in model.parameters()) < 16.1e6
     assert tokenizer.vocab_size == 256
 
@@ -53,8 +53,8 @@ def test_the_shipped_model_is_float16_shards_each_under_the_transfer_limit():
 def test_the_shipped_model_carries_a_small_float16_lm_with_its_tokenizer_and_weight():
     from safetensors.torch import load_file
 
-    from srupp_asr.decoding.cli import choose_lm
     from srupp_asr.lm import check_same_tokenizer, load_lm, read_fusion_weight
+    from srupp_asr.loading import choose_lm
 
     lm_dir = SHIPPED / "lm"
     assert sorted(p.name for p in lm_dir.iterdir()) == ["config.yaml", "model.safetensors", "tokenizer.model"]
@@ -62,7 +62,7 @@ def test_the_shipped_model_carries_a_small_float16_lm_with_its_tokenizer_and_wei
     assert {t.dtype for t in load_file(lm_dir / "model.safetensors").values()} == {torch.float16}
     lm, lm_tokenizer = load_lm(lm_dir)
     assert lm.num_params() < 2_000_000
-    _, tokenizer = load_model(SHIPPED)
+    _, tokenizer = load_model_dir(SHIPPED)
     check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
     assert read_fusion_weight(lm_dir) == 0.2
     choice = choose_lm(SHIPPED, "joint")

@@ -24,7 +24,7 @@ from srupp_asr.fileio import (
     temp_prefix,
 )
 from srupp_asr.lm import SRUppLM, load_lm, save_lm
-from srupp_asr.model_dir import load_model
+from srupp_asr.model_dir import load_model_dir
 from tests.helpers import error_within
 
 NAMES = ("config.yaml", "model.safetensors", "tokenizer.model")
@@ -104,7 +104,7 @@ def test_deeply_nested_yaml_is_one_line_naming_the_file_not_a_recursion_error(
         yaml.safe_load(DEEP_YAML)
     (model_dir / "config.yaml").write_text(DEEP_YAML)
     with pytest.raises(UserError, match=rf"^{model_dir / 'config.yaml'}: not a usable model config \(YAML nested too"):
-        load_model(model_dir)
+        load_model_dir(model_dir)
     lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
     lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm")
     (lm_dir / "config.yaml").write_text(DEEP_YAML)

@@ -24,7 +24,7 @@ from srupp_asr.model_dir import (
     check_no_pickles,
     export_model,
     initial_weights,
-    load_model,
+    load_model_dir,
     read_weight_shapes,
     read_weights,
 )
@@ -35,7 +35,7 @@ from tests.helpers import error_within, evil_pickle, seeded_model
 def test_a_pickle_in_a_model_directory_is_refused_unread(model_dir, name):
     marker = evil_pickle(model_dir, name)
     with pytest.raises(UserError, match=rf"^{model_dir / name}: a pickle file in a model directory is refused"):
-        load_model(model_dir)
+        load_model_dir(model_dir)
     assert not marker.exists()
 
 
@@ -44,12 +44,12 @@ def test_a_torch_save_file_is_refused_by_its_zip_magic(model_dir):
 
     torch.save({"w": torch.ones(2)}, model_dir / "extra_weights")
     with pytest.raises(UserError, match=r"extra_weights: a pickle file in a model directory is refused"):
-        load_model(model_dir)
+        load_model_dir(model_dir)
 
 
 def test_documentation_beside_the_model_is_fine(model_dir):
     (model_dir / "README.md").write_text("# my model\n")
-    model, _ = load_model(model_dir)
+    model, _ = load_model_dir(model_dir)
     assert model.vocab_size > 0
 
 
@@ -59,7 +59,7 @@ def test_yaml_python_tags_are_not_constructed(model_dir):
         f"format_version: 1\nmodel: !!python/object/apply:open [{str(marker)!r}, w]\n"
     )
     with pytest.raises(UserError, match=r"config\.yaml: not valid YAML"):
-        load_model(model_dir)
+        load_model_dir(model_dir)
     assert not marker.exists()
 
 
@@ -69,9 +69,9 @@ def test_a_config_asking_for_a_huge_network_fails_on_shapes_without_allocating_i
     (model_dir / "config.yaml").write_text(yaml.safe_dump(config))
     script = (
         "import resource, sys\n"
-        "from srupp_asr.model_dir import load_model\nfrom srupp_asr.errors import UserError\n"
+        "from srupp_asr.model_dir import load_model_dir\nfrom srupp_asr.errors import UserError\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "try:\n    load_model(sys.argv[1])\nexcept UserError as err:\n    print(err)\n"
+        "try:\n    load_model_dir(sys.argv[1])\nexcept UserError as err:\n    print(err)\n"
         "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
     )
     out = subprocess.run([sys.executable, "-c", script, str(model_dir)], capture_output=True, text=True, timeout=120)
@@ -101,14 +101,14 @@ CRAFTED_WEIGHTS = {
 def test_crafted_safetensors_files_are_one_line_errors(model_dir, name):
     (model_dir / "model.safetensors").write_bytes(CRAFTED_WEIGHTS[name])
     with pytest.raises(UserError, match=rf"^{model_dir / 'model.safetensors'}: not a readable safetensors file \("):
-        load_model(model_dir)
+        load_model_dir(model_dir)
 
 
 @pytest.mark.parametrize("content", [b"", b"\x0a\xff\xff\xff\xff\x0f garbage", pickle.dumps([1, 2, 3])])
 def test_crafted_tokenizers_are_one_line_errors(model_dir, content):
     (model_dir / "tokenizer.model").write_bytes(content)
     with pytest.raises(UserError, match=rf"^{model_dir / 'tokenizer.model'}: (not a sentencepiece model|id 0 is)"):
-        load_model(model_dir)
+        load_model_dir(model_dir)
 
 
 def test_transcribe_with_a_booby_trapped_model_exits_2_with_one_line(model_dir, tmp_path):
@@ -231,7 +231,7 @@ HOSTILE_INDEXES = {
 def test_hostile_shard_indexes_are_one_line_errors_naming_the_file(sharded_dir, case):
     breaks, file, message = HOSTILE_INDEXES[case]
     breaks(sharded_dir)
-    for read in (load_model, read_weight_shapes, read_weights):
+    for read in (load_model_dir, read_weight_shapes, read_weights):
         with pytest.raises(UserError) as err:
             read(sharded_dir)
         assert "\n" not in str(err.value)
@@ -243,11 +243,11 @@ def test_a_pickle_in_a_sharded_directory_is_refused_and_a_shard_is_never_unpickl
     check_no_pickles(sharded_dir)  # the shards and the index are not mistaken for pickles
     marker = evil_pickle(sharded_dir, "evil.pkl")
     with pytest.raises(UserError, match=r"evil\.pkl: a pickle file in a model directory is refused"):
-        load_model(sharded_dir)
+        load_model_dir(sharded_dir)
     (sharded_dir / "evil.pkl").unlink()
     evil_pickle(sharded_dir, SHARDS[1])  # a pickle under a listed shard's name is parsed as safetensors only
     with pytest.raises(UserError, match=rf"^{sharded_dir / SHARDS[1]}: not a readable safetensors file \("):
-        load_model(sharded_dir)
+        load_model_dir(sharded_dir)
     assert not marker.exists()
 
 
@@ -264,7 +264,7 @@ def test_a_model_config_with_a_bad_encoder_value_is_one_line_naming_it(model_dir
     config["model"]["encoder_conf"].update(change)
     (model_dir / "config.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(UserError, match=rf"^{model_dir / 'config.yaml'}: bad model settings \({message}\)$"):
-        load_model(model_dir)
+        load_model_dir(model_dir)
 
 
 def test_weights_stored_as_integers_where_the_model_has_floats_are_refused(model_dir, char_tokenizer):
@@ -277,7 +277,7 @@ def test_weights_stored_as_integers_where_the_model_has_floats_are_refused(model
     save_file(weights, model_dir / "model.safetensors")
     message = rf"^{model_dir / 'model.safetensors'}: {re.escape(key)} is stored as int16, the model expects a floating"
     with pytest.raises(UserError, match=message):
-        load_model(model_dir)
+        load_model_dir(model_dir)
     with pytest.raises(UserError, match=rf"{re.escape(key)} is stored as int16, the model expects a floating tensor"):
         initial_weights(model_dir, seeded_model(0, char_tokenizer.vocab_size))  # train fit --model.init_from
 
@@ -292,7 +292,7 @@ def test_a_weight_holding_nan_or_inf_is_refused_naming_the_file_and_tensor(model
     save_file(weights, model_dir / "model.safetensors")
     says = f"{model_dir / 'model.safetensors'}: weight ctc.weight holds 1 NaN or infinite value (a damaged or diverged"
     with pytest.raises(UserError, match=rf"^{re.escape(says)} model\)$"):
-        load_model(model_dir)
+        load_model_dir(model_dir)
     with pytest.raises(UserError, match=re.escape(says)):
         initial_weights(model_dir, seeded_model(0, char_tokenizer.vocab_size))  # train fit --model.init_from
 
@@ -306,7 +306,7 @@ def test_a_nan_weight_in_a_shard_is_refused_naming_the_shard(sharded_dir):
     weights[key].view(-1)[0] = float("nan")
     save_file(weights, shard)
     with pytest.raises(UserError, match=rf"^{re.escape(str(shard))}: weight {re.escape(key)} holds 1 NaN"):
-        load_model(sharded_dir)
+        load_model_dir(sharded_dir)
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "model.safetensors.index.json", "tokenizer.model"])
@@ -320,6 +320,6 @@ def test_a_model_file_that_is_a_pipe_or_a_device_is_refused_without_waiting_or_r
     else:
         path.symlink_to("/dev/zero")
     what = {"pipe": "a pipe", "device": "a device"}[kind]
-    err = error_within(10, lambda: load_model(sharded_dir))
+    err = error_within(10, lambda: load_model_dir(sharded_dir))
     assert isinstance(err, UserError)
     assert re.match(rf"^{re.escape(str(path))}: .* is not a regular file \({what}; save it", str(err))

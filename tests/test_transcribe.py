@@ -1063,3 +1063,17 @@ class TestLongFilesAndAnUnexpectedErrorOnOneFile:
             f"{self.ERROR_PREFIX}{victim[0]}: out of memory while decoding ({said}); try a smaller --batch-size, --beam"
             " or --max-chunk-seconds"
         ]
+
+
+def test_inputs_that_are_not_audio_are_named_before_the_model_loads(tmp_path, monkeypatch):
+    from srupp_asr.loading import LoadedModel
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("the model was loaded for inputs that cannot be transcribed")
+
+    monkeypatch.setattr(LoadedModel, "load", classmethod(never))
+    (tmp_path / "notes.wav").write_text("not audio")
+    errors: list[str] = []
+    assert transcribe([tmp_path / "notes.wav", tmp_path / "gone.wav"], on_error=errors.append) == []
+    assert [e.split(": ")[0] for e in errors] == [str(tmp_path / "notes.wav"), str(tmp_path / "gone.wav")]
+    assert "not a readable audio file" in errors[0]

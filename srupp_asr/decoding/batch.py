@@ -11,21 +11,18 @@ its :class:`~srupp_asr.decoding.DecodingOptions` and an optional fusion LM, with
   with ``vad`` cuts in silences found by an energy detector.
 
 A recording that cannot be read or decoded gives a :class:`Decoded` holding the error and the others go on; a model
-that lacks what the options need (:class:`UnusableModel`) stops everything. :class:`LoadedModel` is a model
-directory loaded for decoding, with the fusion LMs it has loaded. Light to import (no torch).
+that lacks what the options need (:class:`UnusableModel`) stops everything. The model comes loaded
+(:class:`srupp_asr.loading.LoadedModel`). Light to import (no torch).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, Self
+from typing import TYPE_CHECKING, Protocol
 
-from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE
 from srupp_asr.errors import UserError
 
 if TYPE_CHECKING:
@@ -43,61 +40,10 @@ if TYPE_CHECKING:
 ATTENTION_PIECE_SECONDS = 10.0
 ATTENTION_MODES = ("joint", "rescoring")
 VAD_BLOCK_SECONDS = 30.0  # the VAD reads the recording in blocks of this length
-# Names LoadedModel.load takes besides a directory: the built-in model.
-BUILTIN_NAMES = ("default", "builtin")
-# whisper's model names, which a whisper user may give out of habit: told that they do not exist here
-WHISPER_SIZES = ("tiny", "base", "small", "medium", "large", "large-v2", "large-v3", "turbo")
 
 
 class UnusableModel(UserError):
     """The model cannot decode as asked (a mode that needs a head the model lacks): no recording can be decoded."""
-
-
-class LoadedModel:
-    """A model directory loaded on a device for decoding, with the fusion LMs loaded for it (by directory)."""
-
-    def __init__(self, net: ASRModel, tokenizer: Tokenizer, model_dir: str, device: torch.device) -> None:
-        self.net, self.tokenizer, self.model_dir, self.device = net, tokenizer, model_dir, device
-        self._lms: dict[Path, SRUppLM] = {}  # fusion LMs loaded for this model, by resolved directory
-
-    @classmethod
-    def load(
-        cls,
-        name_or_dir: str | os.PathLike[str] | None = None,
-        device: str = "auto",
-        compute_type: str = DEFAULT_COMPUTE_TYPE,
-    ) -> Self:
-        """Load ``name_or_dir`` (a model directory, or None / ``"default"`` for the built-in model) on ``device``
-        (``cpu``, ``cuda``, ``cuda:1`` or ``auto``) in ``compute_type`` (``float32``, or ``int8`` on the CPU:
-        :mod:`srupp_asr.compute_types`); a UserError naming the problem when it cannot be loaded."""
-        from srupp_asr.compute_types import compute_device
-        from srupp_asr.inputs import default_model_dir
-        from srupp_asr.model_dir import load_model as load_model_dir
-
-        resolved = compute_device(compute_type, device)
-        if name_or_dir is None or str(name_or_dir) in BUILTIN_NAMES:
-            model_dir = default_model_dir()
-        else:
-            model_dir = Path(name_or_dir)
-            if not model_dir.exists() and str(name_or_dir).removesuffix(".en") in WHISPER_SIZES:
-                raise UserError(
-                    f"{model_dir}: model directory not found (srupp-asr has no whisper-sized models: leave the model "
-                    "out for the built-in one, or give a directory made by `srupp-asr average`)"
-                )
-        net, tokenizer = load_model_dir(model_dir, resolved, compute_type)
-        return cls(net, tokenizer, str(model_dir), next(net.parameters()).device)
-
-    def fusion_lm(self, lm_dir: str | os.PathLike[str]) -> SRUppLM:
-        """The LM of ``lm_dir`` on this model's device, checked to share its tokenizer; loaded once per directory."""
-        from srupp_asr.decoding.cli import load_fusion_lm
-
-        key = Path(lm_dir).resolve()
-        if key not in self._lms:
-            self._lms[key] = load_fusion_lm(lm_dir, self.tokenizer, str(self.device))
-        return self._lms[key]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.model_dir!r}, device={str(self.device)!r})"
 
 
 class AudioSource(Protocol):

@@ -1,24 +1,17 @@
 """The decoding settings of ``transcribe`` and ``evaluate``, on the command line and in Python: the arguments
 (:func:`add_decoding_arguments`), the default :class:`~srupp_asr.decoding.DecodingOptions` (:data:`DEFAULT_OPTIONS`)
-and the keywords that change them (:func:`requested_options`), the device, and which LM to fuse
-(:func:`choose_lm`: ``--lm``, else the model directory's own ``lm/``; :func:`fused_options`). Light to import (no
-torch), so ``--help`` starts fast."""
+and the keywords that change them (:func:`requested_options`). Which LM is fused, and the device, are the loader's
+(:mod:`srupp_asr.loading`). Light to import (no torch), so ``--help`` starts fast."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from srupp_asr.decoding.options import MAX_BEAM, MODES, DecodingOptions, lm_weight_problem
 from srupp_asr.errors import UserError
-
-if TYPE_CHECKING:
-    from srupp_asr.lm import SRUppLM
-    from srupp_asr.tokenizer import Tokenizer
 
 DEFAULT_DECODING = "joint"  # the most accurate mode; long recordings are cut at pauses into pieces for it
 DEFAULT_BATCH_SIZE = 8
@@ -29,19 +22,6 @@ OPTION_NAMES = (*(f.name for f in dataclasses.fields(DecodingOptions)), "decodin
 # with --lm and no --lm-weight, when the LM directory records no weight of its own (a model directory's lm/ does;
 # ESPnet's LibriSpeech recipes use 0.3-0.6)
 DEFAULT_LM_WEIGHT = 0.3
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``; ``cuda`` without one is a UserError."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device {device}: no CUDA device is available here (use --device cpu)")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise UserError(f"--device {device}: unknown device (choose cpu, cuda or auto)")
-    return device
 
 
 def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
@@ -79,8 +59,8 @@ def requested_options(
     """The decoding options ``caller`` (``transcribe`` or ``evaluate``) was asked for: ``options`` with the keywords
     of ``decode_options`` (:class:`~srupp_asr.decoding.DecodingOptions` fields, or ``decoding`` for ``mode``; None
     leaves a field as it is), and their ``lm_weight`` apart (None: the fused LM's own), which applies once the LM is
-    chosen (:func:`fused_options`). The LM settings are checked first (:func:`check_lm_flags`); a bad value is a
-    one-line UserError, an unknown keyword a TypeError."""
+    chosen (:func:`srupp_asr.loading.fused_options`). The LM settings are checked first (:func:`check_lm_flags`);
+    a bad value is a one-line UserError, an unknown keyword a TypeError."""
     given = {k: v for k, v in decode_options.items() if v is not None}
     for name in given:
         if name not in OPTION_NAMES:
@@ -97,15 +77,6 @@ def requested_options(
         raise UserError(f"decoding options: {err}") from None
 
 
-def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions:
-    """``options`` with the weight of the LM ``choice`` fuses (0 without one); a one-line UserError when the mode
-    takes no LM."""
-    try:
-        return dataclasses.replace(options, lm_weight=choice.weight if choice.path is not None else 0.0)
-    except ValueError as err:
-        raise UserError(f"decoding options: {err}") from None
-
-
 def check_lm_flags(lm: str | os.PathLike[str] | None, lm_weight: float | None, no_lm: bool) -> None:
     """A one-line UserError for LM settings that contradict each other or a bad weight (before any work)."""
     if lm_weight is not None and lm_weight_problem(lm_weight):
@@ -114,63 +85,3 @@ def check_lm_flags(lm: str | os.PathLike[str] | None, lm_weight: float | None, n
         raise UserError("decoding options: --no-lm and --lm contradict each other")
     if no_lm and lm_weight:
         raise UserError(f"decoding options: --no-lm and --lm-weight {lm_weight:g} contradict each other")
-
-
-@dataclass(frozen=True)
-class LMChoice:
-    """The LM decoding fuses (``path``, None: none) with ``weight``, and where it came from (``origin``)."""
-
-    path: Path | None
-    weight: float | None
-    origin: str
-
-    def describe(self) -> str:
-        """One line for the log: which LM and why."""
-        if self.path is None:
-            return f"decoding without a language model ({self.origin})"
-        return f"fusing the language model {self.path} with weight {self.weight:g} ({self.origin})"
-
-
-def choose_lm(
-    model_dir: str | os.PathLike[str],
-    decoding: str,
-    lm: str | os.PathLike[str] | None = None,
-    lm_weight: float | None = None,
-    no_lm: bool = False,
-) -> LMChoice:
-    """Which LM to fuse, and with what weight: ``lm`` when given, else the model directory's own ``lm/``; its weight
-    ``lm_weight`` when given, else the one recorded in the LM's config.yaml (the model directory's LM always has
-    one), else :data:`DEFAULT_LM_WEIGHT`. ``no_lm`` or a weight of 0: none. ``ctc_greedy`` ignores the model's own
-    LM (it takes none) unless a weight is asked for, which :func:`fused_options` then refuses, as it refuses
-    ``lm`` with ``ctc_greedy``."""
-    from srupp_asr.lm import LM_SUBDIR, read_fusion_weight
-
-    check_lm_flags(lm, lm_weight, no_lm)
-    if no_lm:
-        return LMChoice(None, None, "--no-lm")
-    if lm is not None:
-        path, origin = Path(lm), "--lm"
-    else:
-        path, origin = Path(model_dir) / LM_SUBDIR, f"the model directory's, {LM_SUBDIR}/"
-        if not os.path.lexists(path):
-            if lm_weight:
-                raise UserError(
-                    f"decoding options: --lm-weight needs --lm (an LM directory): {model_dir} has no {LM_SUBDIR}/"
-                )
-            return LMChoice(None, None, f"{model_dir} has no {LM_SUBDIR}/")
-        if decoding == "ctc_greedy" and not lm_weight:
-            return LMChoice(None, None, "ctc_greedy takes no LM")
-    weight = lm_weight if lm_weight is not None else read_fusion_weight(path)
-    weight = DEFAULT_LM_WEIGHT if weight is None else weight
-    if weight == 0:
-        return LMChoice(None, None, "fusion weight 0")
-    return LMChoice(path, weight, origin)
-
-
-def load_fusion_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer, device: str) -> SRUppLM:
-    """The LM of ``lm_dir`` on ``device``, checked to use ``tokenizer``'s pieces."""
-    from srupp_asr.lm import check_same_tokenizer, load_lm
-
-    lm, lm_tokenizer = load_lm(lm_dir, device)
-    check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
-    return lm

@@ -42,7 +42,7 @@ class DecodingOptions:
       label-synchronous search with the CTC prefix scorer and the LM) or to each n-best entry (``rescoring``).
       0 decodes without an LM; ``ctc_greedy`` takes none. None (the default): not chosen here; :func:`decode`
       then fuses no LM, and ``transcribe`` / ``evaluate`` use the weight recorded with the LM they fuse (the model
-      directory's own ``lm/`` by default, see :func:`srupp_asr.decoding.cli.choose_lm`).
+      directory's own ``lm/`` by default, see :func:`srupp_asr.loading.choose_lm`).
     """
 
     mode: Mode = "ctc_greedy"

@@ -6,7 +6,8 @@ training normalises them (:func:`srupp_asr.manifest.cut_text`). The decoding is 
 (:class:`srupp_asr.decoding.batch.BatchDecoder`): cuts longest first, ``batch_size`` at a time, each decoded whole.
 The report adds the decoding speed: audio hours, decoding seconds and the real-time factor (decoding time / audio
 time; the time to read audio files is reported apart). A model directory's own LM (``lm/``) is fused by default, as
-``transcribe`` does (:func:`srupp_asr.decoding.cli.choose_lm`); the report names the LM and its weight.
+``transcribe`` does (:meth:`srupp_asr.loading.LoadedModel.fuse`); the report names the LM and its weight. The model
+is loaded as ``transcribe`` and the Python API load it (:class:`srupp_asr.loading.LoadedModel`).
 """
 
 from __future__ import annotations
@@ -19,18 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument, compute_device
-from srupp_asr.decoding.cli import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_OPTIONS,
-    add_decoding_arguments,
-    choose_lm,
-    fused_options,
-    load_fusion_lm,
-    requested_options,
-)
+from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument
+from srupp_asr.decoding.cli import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
 from srupp_asr.errors import UserError
-from srupp_asr.inputs import default_model_dir
+from srupp_asr.loading import LoadedModel
 from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
 from srupp_asr.scoring.formats import UtteranceText, jsonl_text
 from srupp_asr.scoring.report import WORST, ReportInfo, write_report
@@ -133,21 +126,15 @@ def evaluate(
     from srupp_asr.audio import SAMPLE_RATE
     from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording
     from srupp_asr.manifest import cut_text, load_cuts
-    from srupp_asr.model_dir import load_model
 
     if batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {batch_size}")
     # checked before anything is read; the LM weight applies once the LM is chosen
     options, lm_weight = requested_options("evaluate", options, decode_options, lm, no_lm)
     cutset = load_cuts(cuts, allow_command_sources=allow_command_sources)
-    device = compute_device(compute_type, device)
-    if model is None:
-        model = default_model_dir()
-    net, tokenizer = load_model(model, device, compute_type)
-    choice = choose_lm(model, options.mode, lm, lm_weight, no_lm)
-    options = fused_options(options, choice)
-    fusion_lm = load_fusion_lm(choice.path, tokenizer, device) if choice.path is not None else None
-    decoder = BatchDecoder(net, tokenizer, options, fusion_lm, Batching(batch_size), str(model))
+    loaded = LoadedModel.load(model, device, compute_type)
+    options, fusion_lm, choice = loaded.fuse(options, lm, lm_weight, no_lm)
+    decoder = BatchDecoder(loaded.net, loaded.tokenizer, options, fusion_lm, Batching(batch_size), loaded.model_dir)
 
     def speaker(cut) -> str | None:
         return next((s.speaker for s in cut.supervisions if s.speaker), None)
@@ -182,8 +169,10 @@ def evaluate(
     hyps.sort(key=lambda t: order[t.utt_id])
     result = score_transcripts(refs, hyps)
     fused = f"{choice.path} (weight {choice.weight:g}, {choice.origin})" if choice.path is not None else ""
+    device = str(loaded.device)
     speed = DecodingSpeed(audio_samples / SAMPLE_RATE, decode_seconds, load_seconds, len(hyps), device, fused)
-    details = {"model": str(model), "compute type": compute_type, "decoding": _describe(options), **speed.details()}
+    details = {"model": loaded.model_dir, "compute type": compute_type, "decoding": _describe(options)}
+    details.update(speed.details())
     if fused:
         details["lm"] = fused
     if failed:

@@ -26,7 +26,7 @@ from lhotse import AudioSource, MonoCut, Recording
 from srupp_asr.audio import SAMPLE_RATE, load_audio
 from srupp_asr.corpora import normalize_tedlium_text
 from srupp_asr.manifest import load_cuts
-from srupp_asr.model_dir import load_model
+from srupp_asr.model_dir import load_model_dir
 from srupp_asr.scoring.talks import scored_hypothesis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,7 +192,7 @@ def test_librispeech_recipe_prepares_trains_decodes_and_scores_and_rerun_skips_d
     perturbed = load_cuts(manifests / "train_sp_cuts.jsonl.gz")
     assert [c.id for c in perturbed][:3] == ["100-2000-0000_sp0.9", "100-2000-0000", "100-2000-0000_sp1.1"]
     assert len(perturbed) == 24 and perturbed[0].duration == pytest.approx(train[0].duration / 0.9, abs=1e-3)
-    net, tokenizer = load_model(tmp_path / "exp" / "model")
+    net, tokenizer = load_model_dir(tmp_path / "exp" / "model")
     assert tokenizer.vocab_size == net.vocab_size == 40
     for mode in ("ctc_greedy", "joint"):
         for name in ("test_clean", "test_other"):
@@ -273,7 +273,7 @@ def test_aishell_recipe_models_characters(tmp_path):
     assert len(train) == 6 and all(" " not in c.supervisions[0].text for c in train)
     assert train[0].id == "BAC009S0002W0000" and train[0].supervisions[0].speaker == "S0002"
     assert train[0].supervisions[0].text == MANDARIN[0].replace(" ", "")
-    _, tokenizer = load_model(tmp_path / "exp" / "model")
+    _, tokenizer = load_model_dir(tmp_path / "exp" / "model")
     pieces = {tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)}
     assert {"今", "天", "气", "很", "好"} <= pieces  # one piece per character
     for mode in ("ctc_greedy", "joint"):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from srupp_asr.model_dir import load_model
+from srupp_asr.model_dir import load_model_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "recipes" / "synth_en" / "run.sh"
@@ -48,7 +48,7 @@ def test_stages_0_to_7_build_a_corpus_train_export_and_score_and_rerun_skips_don
         assert (manifests / f"{split}_cuts.jsonl.gz").stat().st_size > 0
     assert (data / "cmvn.json").is_file() and (data / "tokenizer.model").is_file()
     assert (exp / "checkpoints" / "last.ckpt").is_file()
-    model, tokenizer = load_model(exp / "model")
+    model, tokenizer = load_model_dir(exp / "model")
     assert tokenizer.vocab_size == model.vocab_size <= 64
     assert "(synth_en stage 5) wrote the model directory" in log
     # stages 6-7: each test set scored with each decoding mode, and one summary table of them all

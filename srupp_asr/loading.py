@@ -1,0 +1,201 @@
+"""Loading a model for decoding: the one way a model directory, its fusion LM and its device come together.
+
+:class:`LoadedModel` is what ``transcribe``, ``evaluate`` and the Python API (:class:`srupp_asr.api.Model`, a
+subclass) decode with. :meth:`LoadedModel.load` resolves the device (:func:`compute_device`: ``auto``, a missing
+GPU, int8 on the CPU only), reads the model directory in its compute type (:func:`srupp_asr.model_dir.load_model_dir`:
+no pickle, every tensor checked) and readies the CPU recurrence, so that all of it counts as loading, not decoding.
+:meth:`LoadedModel.fuse` settles the LM: which one (:func:`choose_lm`: ``lm``, else the model directory's own
+``lm/``), the options' LM weight (:func:`fused_options`) and the LM itself, loaded once per directory
+(:func:`load_fusion_lm`). Light to import (no torch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+
+from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, check_compute_type
+from srupp_asr.decoding.cli import DEFAULT_LM_WEIGHT, check_lm_flags
+from srupp_asr.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+    from srupp_asr.decoding import DecodingOptions
+    from srupp_asr.lm import SRUppLM
+    from srupp_asr.model import ASRModel
+    from srupp_asr.tokenizer import Tokenizer
+
+# Names LoadedModel.load takes besides a directory: the built-in model.
+BUILTIN_NAMES = ("default", "builtin")
+# whisper's model names, which a whisper user may give out of habit: told that they do not exist here
+WHISPER_SIZES = ("tiny", "base", "small", "medium", "large", "large-v2", "large-v3", "turbo")
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``; ``cuda`` without one is a UserError."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: no CUDA device is available here (use --device cpu)")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise UserError(f"--device {device}: unknown device (choose cpu, cuda or auto)")
+    return device
+
+
+def compute_device(compute_type: str, device: str) -> str:
+    """The device a model of ``compute_type`` runs on for the requested ``device`` (``cpu``, ``cuda``, ``auto``):
+    int8 runs on the CPU only, so ``auto`` picks the CPU for it and ``cuda`` is a one-line UserError."""
+    check_compute_type(compute_type)
+    if compute_type == "int8":
+        if device != "auto" and resolve_device(device) != "cpu":
+            raise UserError(f"--compute-type int8 runs on the CPU only, not on --device {device} (use --device cpu)")
+        return "cpu"
+    return resolve_device(device)
+
+
+@dataclass(frozen=True)
+class LMChoice:
+    """The LM decoding fuses (``path``, None: none) with ``weight``, and where it came from (``origin``)."""
+
+    path: Path | None
+    weight: float | None
+    origin: str
+
+    def describe(self) -> str:
+        """One line for the log: which LM and why."""
+        if self.path is None:
+            return f"decoding without a language model ({self.origin})"
+        return f"fusing the language model {self.path} with weight {self.weight:g} ({self.origin})"
+
+
+def choose_lm(
+    model_dir: str | os.PathLike[str],
+    decoding: str,
+    lm: str | os.PathLike[str] | None = None,
+    lm_weight: float | None = None,
+    no_lm: bool = False,
+) -> LMChoice:
+    """Which LM to fuse, and with what weight: ``lm`` when given, else the model directory's own ``lm/``; its weight
+    ``lm_weight`` when given, else the one recorded in the LM's config.yaml (the model directory's LM always has
+    one), else :data:`DEFAULT_LM_WEIGHT`. ``no_lm`` or a weight of 0: none. ``ctc_greedy`` ignores the model's own
+    LM (it takes none) unless a weight is asked for, which :func:`fused_options` then refuses, as it refuses
+    ``lm`` with ``ctc_greedy``."""
+    from srupp_asr.lm import LM_SUBDIR, read_fusion_weight
+
+    check_lm_flags(lm, lm_weight, no_lm)
+    if no_lm:
+        return LMChoice(None, None, "--no-lm")
+    if lm is not None:
+        path, origin = Path(lm), "--lm"
+    else:
+        path, origin = Path(model_dir) / LM_SUBDIR, f"the model directory's, {LM_SUBDIR}/"
+        if not os.path.lexists(path):
+            if lm_weight:
+                raise UserError(
+                    f"decoding options: --lm-weight needs --lm (an LM directory): {model_dir} has no {LM_SUBDIR}/"
+                )
+            return LMChoice(None, None, f"{model_dir} has no {LM_SUBDIR}/")
+        if decoding == "ctc_greedy" and not lm_weight:
+            return LMChoice(None, None, "ctc_greedy takes no LM")
+    weight = lm_weight if lm_weight is not None else read_fusion_weight(path)
+    weight = DEFAULT_LM_WEIGHT if weight is None else weight
+    if weight == 0:
+        return LMChoice(None, None, "fusion weight 0")
+    return LMChoice(path, weight, origin)
+
+
+def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions:
+    """``options`` with the weight of the LM ``choice`` fuses (0 without one); a one-line UserError when the mode
+    takes no LM."""
+    try:
+        return dataclasses.replace(options, lm_weight=choice.weight if choice.path is not None else 0.0)
+    except ValueError as err:
+        raise UserError(f"decoding options: {err}") from None
+
+
+def load_fusion_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer, device: str) -> SRUppLM:
+    """The LM of ``lm_dir`` on ``device``, checked to use ``tokenizer``'s pieces."""
+    from srupp_asr.lm import check_same_tokenizer, load_lm
+
+    lm, lm_tokenizer = load_lm(lm_dir, device)
+    check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
+    return lm
+
+
+def model_dir_named(name_or_dir: str | os.PathLike[str] | None) -> Path:
+    """The model directory ``name_or_dir`` names: None, ``default`` or ``builtin`` the built-in model's; a whisper
+    model name that is no directory here is a one-line UserError saying so."""
+    from srupp_asr.inputs import default_model_dir
+
+    if name_or_dir is None or str(name_or_dir) in BUILTIN_NAMES:
+        return default_model_dir()
+    model_dir = Path(name_or_dir)
+    if not model_dir.exists() and str(name_or_dir).removesuffix(".en") in WHISPER_SIZES:
+        raise UserError(
+            f"{model_dir}: model directory not found (srupp-asr has no whisper-sized models: leave the model "
+            "out for the built-in one, or give a directory made by `srupp-asr average`)"
+        )
+    return model_dir
+
+
+def ready_cpu_recurrence(net: torch.nn.Module) -> None:
+    """Build or import the SRU recurrence's CPU extension now, for a model on the CPU that runs it: its first
+    use would otherwise be counted as decoding time (0.5 s). Where it cannot be built, decoding says so itself."""
+    from srupp_asr import kernels
+    from srupp_asr.sru import SRUppLayer
+
+    if next(net.parameters()).device.type == "cpu" and any(isinstance(m, SRUppLayer) for m in net.modules()):
+        with contextlib.suppress(kernels.BackendUnavailable):
+            kernels.cpu_extension()
+
+
+class LoadedModel:
+    """A model directory loaded on a device for decoding, with the fusion LMs loaded for it (by directory)."""
+
+    def __init__(self, net: ASRModel, tokenizer: Tokenizer, model_dir: str, device: torch.device) -> None:
+        self.net, self.tokenizer, self.model_dir, self.device = net, tokenizer, model_dir, device
+        self._lms: dict[Path, SRUppLM] = {}  # fusion LMs loaded for this model, by resolved directory
+
+    @classmethod
+    def load(
+        cls,
+        name_or_dir: str | os.PathLike[str] | None = None,
+        device: str = "auto",
+        compute_type: str = DEFAULT_COMPUTE_TYPE,
+    ) -> Self:
+        """Load ``name_or_dir`` (a model directory, or None / ``"default"`` for the built-in model) on ``device``
+        (``cpu``, ``cuda``, ``cuda:1`` or ``auto``) in ``compute_type`` (``float32``, or ``int8`` on the CPU:
+        :mod:`srupp_asr.compute_types`); a UserError naming the problem when it cannot be loaded."""
+        from srupp_asr.model_dir import load_model_dir
+
+        resolved = compute_device(compute_type, device)
+        model_dir = model_dir_named(name_or_dir)
+        net, tokenizer = load_model_dir(model_dir, resolved, compute_type)
+        ready_cpu_recurrence(net)
+        return cls(net, tokenizer, str(model_dir), next(net.parameters()).device)
+
+    def fusion_lm(self, lm_dir: str | os.PathLike[str]) -> SRUppLM:
+        """The LM of ``lm_dir`` on this model's device, checked to share its tokenizer; loaded once per directory."""
+        key = Path(lm_dir).resolve()
+        if key not in self._lms:
+            self._lms[key] = load_fusion_lm(lm_dir, self.tokenizer, str(self.device))
+        return self._lms[key]
+
+    def fuse(
+        self, options: DecodingOptions, lm: str | os.PathLike[str] | None, lm_weight: float | None, no_lm: bool
+    ) -> tuple[DecodingOptions, SRUppLM | None, LMChoice]:
+        """The options to decode with (their LM weight set), the LM to fuse (None: none) and the choice made
+        (:func:`choose_lm`), for options asked with ``lm``, ``lm_weight`` (None: the LM's own) and ``no_lm``."""
+        choice = choose_lm(self.model_dir, options.mode, lm, lm_weight, no_lm)
+        options = fused_options(options, choice)
+        return options, self.fusion_lm(choice.path) if choice.path is not None else None, choice
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model_dir!r}, device={str(self.device)!r})"
