@@ -24,20 +24,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from srupp_asr.checkpoints import load_checkpoint
 from srupp_asr.errors import UserError
-from srupp_asr.model import ASRModel
-from srupp_asr.model_dir import STORAGE_DTYPES, check_replaceable, export_model, is_cmvn_key
-from srupp_asr.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
 MODES = ("min", "max")
 DEFAULT_NUM = 10
+# --dtype and --lm-dtype: the names of model_dir.STORAGE_DTYPES, written out so that --help imports no torch
+DTYPE_CHOICES = ("float32", "float16", "bfloat16")
 # ASRModel arguments that shape only the training loss or input noise: checkpoints may differ in them (a run
 # resumed with other settings) and still be averaged; the exported config takes the best checkpoint's.
 TRAINING_ONLY = frozenset({"ctc_weight", "lsm_weight", "specaugment", "dither"})
@@ -136,6 +135,8 @@ def _check_distinct(paths: Sequence[Path]) -> None:
 
 
 def _read_record(path: Path) -> _Recorded:
+    from srupp_asr.checkpoints import load_checkpoint
+
     ckpt = load_checkpoint(path)
     return _Recorded(path, int(ckpt.get("global_step", -1)), _monitor_states(ckpt))
 
@@ -259,6 +260,8 @@ def select_checkpoints(
 
 def _model_arg_names() -> list[str]:
     """ASRModel's constructor arguments that a training run sets (vocab_size comes from the tokenizer)."""
+    from srupp_asr.model import ASRModel
+
     return [name for name in inspect.signature(ASRModel).parameters if name != "vocab_size"]
 
 
@@ -271,6 +274,11 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.T
     """The mean of the checkpoints' weights (float64 sums, cast back; a NaN or inf weight is a UserError); integer
     buffers from the latest checkpoint; CMVN stats, which must be identical, as they are; the checkpoints must be of
     one network and tokenizer. Keys as in the checkpoints (Lightning's ``model.`` prefix)."""
+    import torch
+
+    from srupp_asr.checkpoints import load_checkpoint
+    from srupp_asr.model_dir import is_cmvn_key
+
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError("no checkpoints to average")
@@ -308,6 +316,8 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.T
 def _check_same_tokenizer(path: Path, first_path: Path, tokenizer: Any, first_tokenizer: Any) -> None:
     """Raise UserError if ``path`` was trained with a tokenizer whose pieces differ from ``first_path``'s: with the
     same vocab_size the weights have the same shapes, but an output id means another piece in each."""
+    from srupp_asr.tokenizer import Tokenizer
+
     if tokenizer == first_tokenizer or not isinstance(tokenizer, str) or not isinstance(first_tokenizer, str):
         return
     if not (Path(tokenizer).is_file() and Path(first_tokenizer).is_file()):
@@ -328,6 +338,8 @@ def _check_same_tokenizer(path: Path, first_path: Path, tokenizer: Any, first_to
 
 def _check_finite(path: Path, key: str, value: torch.Tensor) -> None:
     """Raise UserError if a weight of ``path`` holds NaN or infinity: in a mean it would spoil that weight whole."""
+    import torch
+
     bad = value.numel() - int(torch.isfinite(value).sum())
     if bad:
         raise UserError(
@@ -345,6 +357,10 @@ def _check_same_model(
     first_hparams: Mapping[str, Any],
 ) -> None:
     """Raise UserError unless ``path`` holds the same network (settings, weight names and shapes, CMVN stats)."""
+    import torch
+
+    from srupp_asr.model_dir import is_cmvn_key
+
     for name in sorted((set(hparams) | set(first_hparams)) - TRAINING_ONLY):
         if hparams.get(name) != first_hparams.get(name):
             detail = f"{name} is {hparams.get(name)!r}, {first_path.name} has {first_hparams.get(name)!r}"
@@ -366,6 +382,9 @@ def model_config_from_checkpoint(
 ) -> tuple[dict[str, Any], Path]:
     """ASRModel's constructor arguments of a training checkpoint and its tokenizer path (``tokenizer`` overrides the
     one the run used); vocab_size is the tokenizer's."""
+    from srupp_asr.checkpoints import load_checkpoint
+    from srupp_asr.tokenizer import Tokenizer
+
     path = Path(path)
     ckpt = load_checkpoint(path)
     hparams = ckpt.get("hyper_parameters")
@@ -424,6 +443,7 @@ def lm_writer(
     weight, else ``DEFAULT_LM_WEIGHT``). Every problem is a one-line UserError naming the file."""
     from srupp_asr.decoding.cli import DEFAULT_LM_WEIGHT
     from srupp_asr.lm import check_fusion_weight, check_same_tokenizer, load_lm, read_fusion_weight
+    from srupp_asr.tokenizer import Tokenizer
 
     lm, lm_tokenizer = load_lm(lm_dir)
     check_same_tokenizer(lm_tokenizer, Tokenizer(tokenizer_path), lm_dir)
@@ -443,10 +463,13 @@ def ship_lm(
     model_dir: str | os.PathLike,
     lm_dir: str | os.PathLike,
     weight: float | None = None,
-    dtype: torch.dtype = torch.float16,
+    dtype: torch.dtype | None = None,
 ) -> Path:
     """Put the LM of ``lm_dir`` into the existing model directory ``model_dir`` as ``lm/`` (replacing one there,
-    atomically), stored in ``dtype`` with the default fusion weight ``weight``; returns the new ``lm/`` path."""
+    atomically), stored in ``dtype`` (None: float16) with the default fusion weight ``weight``; returns the new
+    ``lm/`` path."""
+    import torch
+
     from srupp_asr.lm import LM_SUBDIR
     from srupp_asr.model_dir import TOKENIZER_FILE, read_model_config
 
@@ -455,11 +478,13 @@ def ship_lm(
     target = model_dir / LM_SUBDIR
     if target.resolve() == Path(lm_dir).resolve():
         raise UserError(f"{lm_dir}: is the model directory's own LM already")
-    return lm_writer(lm_dir, model_dir / TOKENIZER_FILE, weight, dtype)(target)
+    return lm_writer(lm_dir, model_dir / TOKENIZER_FILE, weight, dtype or torch.float16)(target)
 
 
 def average_command(args: argparse.Namespace) -> int:
     """``srupp-asr average``: average the best checkpoints of a run and export them as a model directory."""
+    from srupp_asr.model_dir import STORAGE_DTYPES, check_replaceable, export_model
+
     max_shard_bytes = parse_size(args.max_shard_size, "--max-shard-size") if args.max_shard_size else None
     check_replaceable(args.out)  # before the work, not after it
     if args.lm_weight is not None and args.lm is None:
@@ -511,7 +536,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--tokenizer", metavar="MODEL", help="tokenizer to ship (default: the one the run used)")
     p.add_argument(
         "--dtype",
-        choices=list(STORAGE_DTYPES),
+        choices=DTYPE_CHOICES,
         default="float32",
         help="store the floating weights in this type, CMVN stats excepted (default float32; loading casts back)",
     )
@@ -535,7 +560,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument(
         "--lm-dtype",
-        choices=list(STORAGE_DTYPES),
+        choices=DTYPE_CHOICES,
         default="float16",
         help="store the LM's weights in this type (default float16)",
     )

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "import a Kaldi data dir, NeMo manifest or table of transcripts as lhotse cut manifests",
     ),
     "corpus": ("srupp_asr.corpora", "download and prepare LibriSpeech, TED-LIUM 3 and AISHELL-1 for the recipes"),
-    "cmvn": ("srupp_asr.frontend", "compute global CMVN statistics of a cut manifest"),
+    "cmvn": ("srupp_asr.cmvn", "compute global CMVN statistics of a cut manifest"),
     "tokenizer": ("srupp_asr.tokenizer", "train a sentencepiece tokenizer on transcripts"),
     "train": ("srupp_asr.train", "train a model (LightningCLI: fit, validate, ...; configs in conf/)"),
     "train-lm": ("srupp_asr.lm_train", "train an SRU++ language model on text (for shallow fusion: --lm)"),

@@ -37,12 +37,13 @@ import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-
-from lhotse import CutSet, RecordingSet, SupervisionSet
-from lhotse.cut import Cut
-from lhotse.utils import fastcopy
+from typing import TYPE_CHECKING
 
 from srupp_asr.errors import UserError
+
+if TYPE_CHECKING:
+    from lhotse import CutSet, RecordingSet, SupervisionSet
+    from lhotse.cut import Cut
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,9 @@ def prepare_corpus(
 
 def _sorted_cuts(recordings: RecordingSet, supervisions: SupervisionSet) -> list[Cut]:
     """One cut per recording with its supervisions, in id order (lhotse lists files in file-system order)."""
+    from lhotse import CutSet
+    from lhotse.utils import fastcopy
+
     cuts = CutSet.from_manifests(recordings=recordings, supervisions=supervisions)
     return sorted((fastcopy(c, id=c.recording_id) for c in cuts), key=lambda c: c.id)
 
@@ -162,6 +166,7 @@ def _need(path: Path, what: str) -> None:
 
 def prepare_librispeech(corpus_dir: str | os.PathLike, subset: str = "960", jobs: int = 1) -> dict[str, CutSet]:
     """LibriSpeech's sets (see the module doc) from ``corpus_dir`` (the ``LibriSpeech`` folder)."""
+    from lhotse import CutSet
     from lhotse.recipes import prepare_librispeech as lhotse_prepare
 
     corpus_dir = Path(corpus_dir)
@@ -236,7 +241,9 @@ def _sph_backend():
 
 def prepare_tedlium3(corpus_dir: str | os.PathLike, jobs: int = 1) -> dict[str, CutSet]:
     """TED-LIUM 3's sets (see the module doc) from ``corpus_dir`` (the ``TEDLIUM_release-3`` folder)."""
+    from lhotse import CutSet, SupervisionSet
     from lhotse.recipes import prepare_tedlium
+    from lhotse.utils import fastcopy
 
     corpus_dir = Path(corpus_dir)
     for split in TEDLIUM_SPLITS:
@@ -275,6 +282,8 @@ def tedlium_talks(talks: Iterable[Cut], unscored: dict[str, list[tuple[float, fl
     (recording time) whose words :func:`srupp_asr.scoring.talks.score_talks` leaves out: the
     ``ignore_time_segment_in_scoring`` segments, each with the unsegmented gap before it, as sclite assigns words
     (:func:`_unscored_regions`)."""
+    from lhotse import CutSet
+
     cuts = []
     for talk in talks:
         if not talk.supervisions:
@@ -289,6 +298,7 @@ def tedlium_talks(talks: Iterable[Cut], unscored: dict[str, list[tuple[float, fl
 
 def prepare_aishell1(corpus_dir: str | os.PathLike) -> dict[str, CutSet]:
     """AISHELL-1's sets from ``corpus_dir`` (the folder holding ``data_aishell``)."""
+    from lhotse import CutSet
     from lhotse.recipes import prepare_aishell
 
     corpus_dir = Path(corpus_dir)

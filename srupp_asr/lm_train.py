@@ -47,11 +47,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from srupp_asr.checkpoints import load_checkpoint
 from srupp_asr.checks import (
     ConfigValueError,
     check_divides,
@@ -70,10 +67,12 @@ from srupp_asr.interrupts import (
     defer_sigterm,
     sigterm_pending,
 )
-from srupp_asr.lm import SRUppLM, save_lm
-from srupp_asr.model_dir import CONFIG_FILE
-from srupp_asr.schedulers import NoamLR, build_optimizer
-from srupp_asr.tokenizer import Tokenizer, texts_from_sources
+
+if TYPE_CHECKING:
+    import torch
+
+    from srupp_asr.lm import SRUppLM
+    from srupp_asr.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +151,8 @@ def evaluate_perplexity(
 ) -> float:
     """Per-token perplexity of ``sentences`` (``<sos/eos>`` at the end counted as a token); draws no random numbers.
     ``should_stop`` is asked before each batch but the first: True raises :class:`ValidationStopped`."""
+    import torch
+
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
@@ -169,6 +170,8 @@ def evaluate_perplexity(
 
 
 def _load_sentences(cfg_text: Sequence[str], cfg_cuts: Sequence[str], tokenizer: Tokenizer, max_len: int, what: str):
+    from srupp_asr.tokenizer import texts_from_sources
+
     sentences, dropped = tokenize(texts_from_sources(list(cfg_cuts), list(cfg_text)), tokenizer, max_len)
     if not sentences:
         raise UserError(f"{what}: no non-empty sentence in {', '.join([*cfg_text, *cfg_cuts]) or 'nothing given'}")
@@ -186,6 +189,8 @@ PROGRESS_KEYS = {"epoch": int, "batch": int, "step": int, "best": float}
 
 def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
     """Train, writing the best LM to ``cfg.out_dir``; returns the final numbers (steps, epochs, best valid ppl)."""
+    import torch
+
     if not cfg.train_text and not cfg.train_cuts:
         raise UserError("train-lm: give training text with --train-text and/or --train-cuts")
     if not cfg.valid_text and not cfg.valid_cuts:
@@ -204,6 +209,13 @@ def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
 
 
 def _train(cfg: LMTrainConfig, device: torch.device, state_path: Path) -> dict[str, float]:
+    import torch
+
+    from srupp_asr.lm import SRUppLM, save_lm
+    from srupp_asr.model_dir import CONFIG_FILE
+    from srupp_asr.schedulers import NoamLR, build_optimizer
+    from srupp_asr.tokenizer import Tokenizer
+
     saved = _read_state(state_path) if cfg.resume else None  # before the text is read: a bad file fails at once
     tokenizer = Tokenizer(cfg.tokenizer)
     train = _load_sentences(cfg.train_text, cfg.train_cuts, tokenizer, cfg.max_len, "training text")
@@ -381,6 +393,8 @@ def _settings(cfg: LMTrainConfig, train, valid, device: torch.device) -> dict[st
 
 
 def _save_state(path: Path, model, optimizer, scheduler, progress: dict, settings: dict, device) -> None:
+    import torch
+
     rng = {"cpu": torch.get_rng_state()}
     if device.type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(device)
@@ -400,6 +414,8 @@ def _save_state(path: Path, model, optimizer, scheduler, progress: dict, setting
 
 def _read_state(path: Path) -> dict:
     """The saved state of ``path`` (read with ``weights_only=True``); every problem is a one-line UserError."""
+    from srupp_asr.checkpoints import load_checkpoint
+
     if not path.is_file():
         raise UserError(f"{path}: no training state to resume from (run without --resume first)")
     state = load_checkpoint(path, map_location="cpu", mmap=False, lightning=False)
@@ -453,6 +469,8 @@ def _check_resumable(path: Path, state: dict, settings: dict, config: dict) -> N
 def _restore(path: Path, state: dict, model, optimizer, scheduler, device: torch.device) -> dict:
     """Load ``state`` into the model, optimiser and schedule and set the random generators as they were at the save
     (dropout then draws what the run that was not stopped drew); the saved progress."""
+    import torch
+
     try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])

@@ -29,12 +29,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import soundfile as sf
-from lhotse import AudioSource, CutSet, Recording, SupervisionSegment
-from lhotse.cut import Cut
-from lhotse.utils import fastcopy
+from typing import TYPE_CHECKING, Any
 
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import (
@@ -46,7 +41,10 @@ from srupp_asr.fileio import (
     read_bytes,
     read_lines,
 )
-from srupp_asr.manifest import audio_error_detail, save_cuts
+
+if TYPE_CHECKING:
+    from lhotse import CutSet, Recording
+    from lhotse.cut import Cut
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +98,9 @@ def _read_table(path: Path, report: _Report, fields: int | None = None) -> dict[
 
 def _command_recording(recording_id: str, command: str) -> Recording:
     """A recording read from a Kaldi pipe command, which is run once here to learn its length and rate."""
+    import soundfile as sf
+    from lhotse import AudioSource, Recording
+
     done = subprocess.run(command, shell=True, capture_output=True, check=False)
     if done.returncode != 0 or not done.stdout:
         stderr = done.stderr.decode(errors="replace").strip().splitlines()
@@ -121,6 +122,10 @@ def _command_recording(recording_id: str, command: str) -> Recording:
 def _file_recording(recording_id: str, path: Path) -> Recording:
     """The recording of the audio file ``path``; a path that is no regular file (missing, a folder, a pipe, a
     device) or a file that does not decode is a ``_Skip`` saying which."""
+    from lhotse import Recording
+
+    from srupp_asr.manifest import audio_error_detail
+
     try:
         check_regular_file(path, "audio file")
     except UserError as err:
@@ -161,6 +166,9 @@ def _cut(
 ) -> Cut:
     """The cut of ``recording`` from ``start`` to ``end`` (None: its end) with one supervision; an end less than
     ``tolerance`` past the audio's end is clipped to it."""
+    from lhotse import SupervisionSegment
+    from lhotse.utils import fastcopy
+
     if end is None:
         end = recording.duration
     if end > recording.duration + tolerance:
@@ -196,6 +204,8 @@ def import_kaldi_dir(
     to it, as Kaldi's extract-segments does) and ``utt2spk`` are optional. Without ``problems`` the
     problems are logged as warnings.
     """
+    from lhotse import CutSet
+
     data_dir = Path(data_dir)
     report = _Report(problems)
     if not data_dir.is_dir():
@@ -281,6 +291,8 @@ def import_nemo_manifest(path: str | os.PathLike, problems: list[str] | None = N
     (default 0). A cut is named after its audio file's stem, with ``_START_END`` (centiseconds) added when it
     covers only part of the file. Without ``problems`` the problems are logged as warnings.
     """
+    from lhotse import CutSet
+
     path = Path(path)
     report = _Report(problems)
     lines = read_lines(path)
@@ -410,6 +422,8 @@ def import_table(
     audio file's stem (``-2``, ... added when stems repeat); a file listed twice (a link to it included) is a
     problem.
     """
+    from lhotse import CutSet
+
     source = Path(source)
     report = _Report(problems)
     if not _SPLIT_NAME.fullmatch(default_split):
@@ -570,6 +584,8 @@ def split_path(out_dir: str | os.PathLike, split: str) -> Path:
 def save_splits(splits: dict[str, CutSet], out_dir: str | os.PathLike) -> list[Path]:
     """Write each split's cuts to :func:`split_path`, all or none: every manifest is written into a temporary
     folder first and moved into place only when all are complete. Returns the paths written."""
+    from srupp_asr.manifest import save_cuts
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = make_temp_dir(out_dir / "staging")
@@ -588,6 +604,8 @@ def save_splits(splits: dict[str, CutSet], out_dir: str | os.PathLike) -> list[P
 def prepare_command(args: argparse.Namespace) -> int:
     """``srupp-asr prepare kaldi|nemo|table SRC OUT``: import, write the manifest(s), report; exit 1 if entries
     were skipped."""
+    from srupp_asr.manifest import save_cuts
+
     problems: list[str] = []
     if args.format == "kaldi":
         splits = {None: import_kaldi_dir(args.source, problems, args.allow_command_sources)}

@@ -502,8 +502,31 @@ def _has_key(config: str, dotted: str) -> bool:
     return True
 
 
+# ``srupp-asr train --help``, printed without importing Lightning (LightningCLI's own takes seconds to build);
+# ``train fit --help`` is LightningCLI's, with every option.
+TRAIN_HELP = f"""usage: srupp-asr train [-c CONFIG] {{{",".join(SUBCOMMANDS)}}} ...
+
+Train or validate a model: LightningCLI over the ASR model and its data module.
+
+subcommands:
+  fit                   run the full optimization routine
+  validate              run one evaluation epoch over the validation set
+
+options:
+  -h, --help            show this help message and exit
+  -c CONFIG, --config CONFIG
+                        a YAML config: a path, or the name of one shipped in conf/ (tiny_cpu, ...)
+
+`srupp-asr train fit --help` lists every option (LightningCLI's). Example:
+  srupp-asr train fit --config conf/train_srupp.yaml --trainer.max_steps 100 --model.lr 0.002
+"""
+
+
 def train_command(args: argparse.Namespace) -> int:
-    """``srupp-asr train ...``: hand the remaining words to LightningCLI."""
+    """``srupp-asr train ...``: hand the remaining words to LightningCLI (``--help`` alone: :data:`TRAIN_HELP`)."""
+    if args.lightning_args in (["-h"], ["--help"]):
+        print(TRAIN_HELP, end="")
+        return 0
     run_train(args.lightning_args)
     return 0
 

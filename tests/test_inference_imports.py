@@ -1,6 +1,7 @@
 """What inference imports: ``load_model()``, ``Model.transcribe``, ``srupp-asr transcribe`` and ``evaluate``'s decoding
 load weights with torch alone, never the training stack (Lightning, which pulls in matplotlib and torch._dynamo:
-seconds at every start) nor lhotse. Each check runs in a fresh interpreter: this test process has them loaded."""
+seconds at every start) nor lhotse; and every command's ``--help`` imports none of them, torch included. Each check
+runs in a fresh interpreter: this test process has them loaded."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ import sys
 
 import pytest
 
+from srupp_asr.cli import COMMANDS
+
 pytestmark = pytest.mark.process  # fresh interpreters, each loading the built-in model
 
 HEAVY = ("lightning", "pytorch_lightning", "matplotlib", "lhotse")
 
 
-def _loaded_after(code: str) -> list[str]:
-    """The HEAVY packages a fresh interpreter has imported after running ``code``."""
-    report = f"\nimport sys\nprint('LOADED', *sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))"
+def _loaded_after(code: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """The ``heavy`` packages a fresh interpreter has imported after running ``code``."""
+    report = f"\nimport sys\nprint('LOADED', *sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
     out = subprocess.run(
         [sys.executable, "-c", code + report], capture_output=True, text=True, timeout=300, check=True
     ).stdout
@@ -52,3 +55,24 @@ CutSet.from_cuts([cut]).to_file({str(tmp_path / "cuts.jsonl.gz")!r})
 evaluate(None, {str(tmp_path / "cuts.jsonl.gz")!r}, {str(tmp_path / "out")!r}, decoding="ctc_greedy", device="cpu")
 """
     assert "lightning" not in _loaded_after(code)
+
+
+# sclite keeps NIST sclite's own command line, where -h names the hypothesis file: it has no --help to check.
+HELP_COMMANDS = sorted(set(COMMANDS) - {"sclite"})
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS)
+def test_help_imports_no_torch_lhotse_lightning_or_matplotlib(command):
+    """``srupp-asr COMMAND --help`` builds its parser and prints without the heavy libraries (each costs seconds
+    at start-up: torch alone 1-3 s on the 2-core machine)."""
+    code = f"""
+import contextlib, io
+from srupp_asr.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    try:
+        main([{command!r}, "--help"])
+    except SystemExit as done:
+        assert done.code in (0, None), done.code
+assert "usage: srupp-asr {command}" in out.getvalue(), out.getvalue()[:200]
+"""
+    assert _loaded_after(code, heavy=(*HEAVY, "torch")) == []

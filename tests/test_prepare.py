@@ -583,14 +583,16 @@ def test_a_failed_write_leaves_no_split_half_written(tmp_path, audio, monkeypatc
     out = tmp_path / "out"
     out.mkdir()
     split_path(out, "dev").write_text("previous run\n")
-    real_save = prepare.save_cuts
+    import srupp_asr.manifest
+
+    real_save = srupp_asr.manifest.save_cuts  # prepare imports it when it writes
 
     def fail_on_train(cuts, path):
         if "train" in str(path):
             raise OSError(28, "No space left on device", str(path))
         real_save(cuts, path)
 
-    monkeypatch.setattr(prepare, "save_cuts", fail_on_train)
+    monkeypatch.setattr(srupp_asr.manifest, "save_cuts", fail_on_train)
     with pytest.raises(OSError, match="No space left"):
         save_splits(splits, out)
     assert sorted(p.name for p in out.iterdir()) == ["dev_cuts.jsonl.gz"]  # no temporary folder left either

@@ -19,7 +19,6 @@ from pathlib import Path
 from srupp_asr import __version__
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import write_files_together
-from srupp_asr.scoring import plots
 from srupp_asr.scoring.align import CORRECT, DELETION, INSERTION, Alignment, Counts, fmt_rate
 from srupp_asr.scoring.analysis import LEVELS, ScoreResult, UtteranceScore
 from srupp_asr.scoring.formats import UtteranceText, trn_line
@@ -329,6 +328,8 @@ def write_report(
     ``wer_by_length.png``, ``error_types.png`` and, with ``train_log`` (a Lightning ``metrics.csv``),
     ``training_curves.png``.
     """
+    from srupp_asr.scoring import plots  # matplotlib: 1-2 s, kept out of score/evaluate --help
+
     out = Path(out_dir)
     # Everything is made in memory and every target checked first, so a report that cannot be written leaves
     # the folder as it was (each file is then written atomically).

@@ -15,11 +15,13 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-
-from lhotse.cut import Cut
+from typing import TYPE_CHECKING
 
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_write_text
+
+if TYPE_CHECKING:
+    from lhotse.cut import Cut
 
 log = logging.getLogger(__name__)
 

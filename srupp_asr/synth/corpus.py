@@ -47,21 +47,22 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import soundfile as sf
-from lhotse import AudioSource, MonoCut, Recording, SupervisionSegment
-from tqdm import tqdm
 
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output, atomic_write_text, read_text, remove_stale_temps
-from srupp_asr.manifest import save_cuts
 from srupp_asr.synth.splits import HELD_OUT_DONORS, SPLITS, VoiceSplit, describe_splits, split_voices
 from srupp_asr.synth.texts import MAX_WORDS, MIN_WORDS, Sentence, SourceReport, collect_sentences, filter_sentences
-from srupp_asr.synth.variation import SAMPLE_RATE, Variation, apply_variation, draw_variation, variation_settings
 from srupp_asr.synth.verbalize import verbalize
 from srupp_asr.synth.voices import VOICES, SynthError, Voice, synthesize, voice_problem, voice_table
 from srupp_asr.text import normalize_text
+
+if TYPE_CHECKING:
+    from lhotse import MonoCut
+
+    from srupp_asr.synth.variation import Variation
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +225,8 @@ def plan_corpus(
     sentences: Sequence[Sentence], voice_split: VoiceSplit, hours: float, seed: int = 0, max_utts: int | None = None
 ) -> list[Utterance]:
     """Every utterance of a corpus of about ``hours`` (at most ``max_utts`` per split), in split order."""
+    from srupp_asr.synth.variation import draw_variation
+
     test, dev, train = _split_pool(sentences, hours, seed)
     eval_hours = max(MIN_EVAL_HOURS, EVAL_SHARE * hours)
     train_seconds = max(hours - 3 * eval_hours, eval_hours) * 3600
@@ -256,6 +259,10 @@ def plan_corpus(
 
 def _existing_samples(path: Path, key: str) -> int | None:
     """The length of a finished FLAC made from the same key, or None (missing, unreadable, other key)."""
+    import soundfile as sf
+
+    from srupp_asr.synth.variation import SAMPLE_RATE
+
     try:
         with sf.SoundFile(path) as f:
             if f.comment == f"srupp-synth {key}" and f.samplerate == SAMPLE_RATE and f.frames > 0:
@@ -267,6 +274,10 @@ def _existing_samples(path: Path, key: str) -> int | None:
 
 def _render(job: tuple[Utterance, str]) -> tuple[str, str, int, str]:
     """Make (or reuse) one utterance's FLAC: (id, "synthesized" | "reused" | "failed", samples, error)."""
+    import soundfile as sf
+
+    from srupp_asr.synth.variation import SAMPLE_RATE, apply_variation
+
     utt, path_str = job
     path = Path(path_str)
     key = utt.key
@@ -288,6 +299,10 @@ def _render(job: tuple[Utterance, str]) -> tuple[str, str, int, str]:
 
 def _render_all(work: list[tuple[Utterance, str]], jobs: int, progress: bool) -> dict[str, tuple[str, int, str]]:
     """Render every job on ``jobs`` processes with a progress bar: {id: (status, samples, error)}."""
+    from tqdm import tqdm
+
+    from srupp_asr.synth.variation import SAMPLE_RATE
+
     results: dict[str, tuple[str, int, str]] = {}
     workers = min(jobs, len(work))
     # fork: workers start at once (no re-import of torch); the parent has run no torch op yet, and the pool is
@@ -315,6 +330,10 @@ def _init_worker() -> None:
 
 
 def _cut(utt: Utterance, path: Path, samples: int) -> MonoCut:
+    from lhotse import AudioSource, MonoCut, Recording, SupervisionSegment
+
+    from srupp_asr.synth.variation import SAMPLE_RATE
+
     duration = samples / SAMPLE_RATE
     recording = Recording(
         id=utt.id,
@@ -467,6 +486,9 @@ def build_corpus(
     ``texts_from`` names where they came from in errors. Every problem found before synthesis starts (settings,
     voices, too few sentences) is raised before ``out_dir`` is made.
     """
+    from srupp_asr.manifest import save_cuts
+    from srupp_asr.synth.variation import variation_settings
+
     started = time.monotonic()
     if size not in SIZES:
         raise UserError(f"--size: unknown size {size!r} (choose from {', '.join(SIZES)})")
