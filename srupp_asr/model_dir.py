@@ -27,7 +27,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -380,10 +380,20 @@ def weight_files(path: str | os.PathLike) -> WeightFiles:
 def _read_weights(path: str | os.PathLike, shapes_only: bool) -> dict[str, torch.Tensor]:
     """The tensors of a model directory's weights files (:func:`weight_files`), or with ``shapes_only`` meta
     tensors of their shapes and stored dtypes (headers only); shards are checked against their index."""
+    tensors: dict[str, torch.Tensor] = {}
+    for group in _weight_groups(path, shapes_only):
+        tensors.update(group)
+    return tensors
+
+
+def _weight_groups(path: str | os.PathLike, shapes_only: bool) -> Iterator[dict[str, torch.Tensor]]:
+    """The tensors of :func:`_read_weights` one file at a time (the single file, or each shard, checked against the
+    index; the index's total size is checked after the last), so that a loader can free each before the next."""
     files = weight_files(path)
     if not files.shards:
-        return _read_safetensors(files.path, shapes_only)
-    tensors: dict[str, torch.Tensor] = {}
+        yield _read_safetensors(files.path, shapes_only)
+        return
+    total = 0
     for shard, expected in files.shards.items():
         found = _read_safetensors(shard, shapes_only)
         absent, extra = sorted(expected - found.keys()), sorted(found.keys() - expected)
@@ -393,11 +403,11 @@ def _read_weights(path: str | os.PathLike, shapes_only: bool) -> dict[str, torch
             elsewhere = next((s.name for s, names in files.shards.items() if extra[0] in names), None)
             where = f"which {files.path.name} puts in {elsewhere}" if elsewhere else f"not in {files.path.name}"
             raise UserError(f"{shard}: holds tensor {extra[0]}, {where}")
-        tensors.update(found)
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
+        total += sum(t.numel() * t.element_size() for t in found.values())
+        yield found
+        del found  # not held while the next shard is read
     if total != files.total_size:
         raise UserError(f"{files.path}: total_size is {files.total_size}, the shards hold {total} bytes of tensors")
-    return tensors
 
 
 # The dtype names of the safetensors format (its header's "dtype" field) that torch holds.
@@ -523,9 +533,18 @@ def build_with_weights(
     problem = weights_problem(skeleton, read_weight_shapes(weights))
     if problem:
         raise UserError(f"{weight_files(weights).path}: {problem}")
-    with _SkipInit():  # every parameter and buffer is then loaded (strict), so drawing random ones would be waste
+    with _SkipInit():  # every parameter and buffer is then loaded, so drawing random ones would be waste
         module = make()
-    module.load_state_dict(read_weights(weights), strict=True)
+    # A file at a time: its stored (float16) tensors are cast into the module and freed before the next file is read,
+    # so a sharded model never holds a stored copy of all its weights beside the float32 ones.
+    loaded: set[str] = set()
+    for group in _weight_groups(weights, shapes_only=False):
+        module.load_state_dict(group, strict=False)  # names and shapes: checked against the headers above
+        loaded.update(group)
+        del group
+    missing = sorted(module.state_dict().keys() - loaded)
+    if missing:  # the files changed since their headers were read
+        raise UserError(f"{weight_files(weights).path}: missing weights {_few(missing)}")
     return module
 
 

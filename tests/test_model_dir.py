@@ -323,3 +323,39 @@ def test_a_model_file_that_is_a_pipe_or_a_device_is_refused_without_waiting_or_r
     err = error_within(10, lambda: load_model_dir(sharded_dir))
     assert isinstance(err, UserError)
     assert re.match(rf"^{re.escape(str(path))}: .* is not a regular file \({what}; save it", str(err))
+
+
+def test_a_sharded_model_is_loaded_one_shard_at_a_time(tmp_path, char_tokenizer, monkeypatch):
+    """Each shard's stored tensors are cast into the model and freed before the next shard is read, and the model
+    gets every weight (float16 shards, cast back to float32)."""
+    import weakref
+
+    import srupp_asr.model_dir as model_dir
+
+    model = seeded_model(0, char_tokenizer.vocab_size)
+    out = model_dir.export_model(
+        model.state_dict(),
+        model.config,
+        char_tokenizer.path,
+        tmp_path / "m",
+        dtype=torch.float16,
+        max_shard_bytes=20_000,
+    )
+    read, alive_at_read = model_dir._read_safetensors, []
+    earlier: list[weakref.ref] = []
+
+    def reading(path, shapes_only):
+        if not shapes_only:
+            alive_at_read.append(sum(ref() is not None for ref in earlier))
+        found = read(path, shapes_only)
+        if not shapes_only:
+            earlier.extend(weakref.ref(t) for t in found.values())
+        return found
+
+    monkeypatch.setattr(model_dir, "_read_safetensors", reading)
+    loaded, _ = model_dir.load_model_dir(out, "cpu")
+    assert len(alive_at_read) == len(list(out.glob("model-*.safetensors"))) > 2
+    assert alive_at_read == [0] * len(alive_at_read)
+    for key, value in model.state_dict().items():
+        stored = value.half().float() if value.is_floating_point() and not model_dir.is_cmvn_key(key) else value
+        torch.testing.assert_close(loaded.state_dict()[key], stored, rtol=0, atol=0)
