@@ -23,13 +23,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("srupp_asr.cli", "show versions and which recurrence backends work here"),
     "prepare": (
         "srupp_asr.prepare",
-        "import a Kaldi data dir, NeMo manifest or table of transcripts as lhotse cut manifests",
+        "import your own data (a Kaldi data dir, NeMo manifest or table of transcripts) as lhotse cut manifests; "
+        "a published corpus by name: corpus prepare",
     ),
     "corpus": ("srupp_asr.corpora", "download and prepare LibriSpeech, TED-LIUM 3 and AISHELL-1 for the recipes"),
     "cmvn": ("srupp_asr.cmvn", "compute global CMVN statistics of a cut manifest"),
     "tokenizer": ("srupp_asr.tokenizer", "train a sentencepiece tokenizer on transcripts"),
-    "train": ("srupp_asr.train", "train a model (LightningCLI: fit, validate, ...; configs in conf/)"),
-    "train-lm": ("srupp_asr.lm_train", "train an SRU++ language model on text (for shallow fusion: --lm)"),
+    "train": ("srupp_asr.train", "train or validate a model (LightningCLI: train fit --config conf/train_srupp.yaml)"),
+    "train-lm": ("srupp_asr.lm_train", "train an SRU++ language model for shallow fusion (--lm)"),
     "synth-corpus": ("srupp_asr.synth.corpus", "build an English speech corpus from Debian's offline TTS voices"),
     "average": ("srupp_asr.average", "average the best checkpoints of a run and export a model directory"),
     "transcribe": ("srupp_asr.transcribe", "transcribe audio files (txt, json, srt, vtt, tsv; long recordings)"),
@@ -40,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def info(_args: argparse.Namespace) -> int:
+def info_command(_args: argparse.Namespace) -> int:
     """Print versions and which recurrence backends work on this machine."""
     import platform
 
@@ -70,7 +71,7 @@ def info(_args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``info`` sub-command."""
     p = subparsers.add_parser("info", help=COMMANDS["info"][1])
-    p.set_defaults(func=info)
+    p.set_defaults(func=info_command)
     return p
 
 

@@ -384,10 +384,10 @@ def _speed_perturb_command(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``corpus`` sub-command (``download``, ``prepare``, ``speed-perturb``, ``score-talks``)."""
-    from srupp_asr.cli import COMMANDS
     from srupp_asr.scoring.talks import score_talks_command
 
-    p = subparsers.add_parser("corpus", help=COMMANDS["corpus"][1], description=COMMANDS["corpus"][1])
+    what = "download and prepare LibriSpeech, TED-LIUM 3 and AISHELL-1 for the recipes"
+    p = subparsers.add_parser("corpus", help=what, description=what)
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     subset_help = "LibriSpeech training subset: 100 or 960 hours (default 960)"
 
@@ -397,7 +397,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     d.add_argument("--subset", default="960", choices=sorted(LIBRISPEECH_TRAIN), help=subset_help)
     d.set_defaults(func=_download_command)
 
-    r = actions.add_parser("prepare", help="write the corpus's cut manifests (<set>_cuts.jsonl.gz)")
+    r = actions.add_parser(
+        "prepare",
+        help="write a downloaded corpus's cut manifests (<set>_cuts.jsonl.gz); data of your own in another "
+        "toolkit's layout (Kaldi, NeMo, a table): srupp-asr prepare",
+    )
     r.add_argument("corpus", choices=CORPORA)
     r.add_argument("corpus_dir", metavar="CORPUS_DIR", help="LibriSpeech, TEDLIUM_release-3 or aishell folder")
     r.add_argument("out_dir", metavar="OUT_DIR")

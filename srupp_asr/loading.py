@@ -130,8 +130,8 @@ def load_fusion_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer, device:
 
 
 def model_dir_named(name_or_dir: str | os.PathLike[str] | None) -> Path:
-    """The model directory ``name_or_dir`` names: None, ``default`` or ``builtin`` the built-in model's; a whisper
-    model name that is no directory here is a one-line UserError saying so."""
+    """The model directory ``name_or_dir`` names: None, ``default`` or ``builtin`` the built-in model's; one that is
+    no directory is a one-line UserError (a whisper model name told so), checked without reading the model."""
     from srupp_asr.inputs import default_model_dir
 
     if name_or_dir is None or str(name_or_dir) in BUILTIN_NAMES:
@@ -142,6 +142,9 @@ def model_dir_named(name_or_dir: str | os.PathLike[str] | None) -> Path:
             f"{model_dir}: model directory not found (srupp-asr has no whisper-sized models: leave the model "
             "out for the built-in one, or give a directory made by `srupp-asr average`)"
         )
+    if not model_dir.is_dir():
+        what = "is a file, not a model directory" if model_dir.exists() else "model directory not found"
+        raise UserError(f"{model_dir}: {what}")
     return model_dir
 
 

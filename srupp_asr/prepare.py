@@ -632,7 +632,9 @@ def prepare_command(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``prepare`` sub-command (``prepare kaldi``, ``prepare nemo`` and ``prepare table``)."""
     p = subparsers.add_parser(
-        "prepare", help="import a Kaldi data dir, NeMo manifest or table of transcripts as lhotse cut manifests"
+        "prepare",
+        help="import your own data (a Kaldi data dir, NeMo manifest or table of transcripts) as lhotse cut manifests; "
+        "a published corpus by name: corpus prepare",
     )
     formats = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
     kaldi = formats.add_parser("kaldi", help="a Kaldi data directory (wav.scp, text, [segments], [utt2spk])")

@@ -41,7 +41,7 @@ from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording
 from srupp_asr.decoding.cli import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
 from srupp_asr.errors import DECODING_MEMORY_REMEDY, UserError, first_line, is_out_of_memory, out_of_memory_line
 from srupp_asr.inputs import default_model_candidates, find_inputs
-from srupp_asr.loading import LoadedModel
+from srupp_asr.loading import LoadedModel, compute_device, model_dir_named
 from srupp_asr.writers import (
     FORMATS,
     MAX_SEGMENT_WORDS,
@@ -118,6 +118,8 @@ def transcribe(
     vad: bool = False,
     max_segment_words: int = MAX_SEGMENT_WORDS,
     segment_pause: float = SEGMENT_PAUSE,
+    language: str | None = None,
+    task: str | None = None,
     progress: bool = False,
     on_error: Callable[[str], None] | None = None,
     on_transcript: Callable[[Transcript], None] | None = None,
@@ -137,26 +139,31 @@ def transcribe(
     (``"txt,srt"``, ``"all"``, or a list), atomically. ``options`` is the
     :class:`~srupp_asr.decoding.DecodingOptions` (default ``joint``, the fused LM's own weight); as in whisper,
     ``**decode_options`` set its fields instead (``beam=5``; ``decoding`` is ``mode``; None leaves a field as it
-    is), over ``options`` when both are given. Shallow fusion: the model directory's own LM (``MODEL_DIR/lm``) with
-    its recorded weight by default; ``lm`` another LM directory (``srupp-asr train-lm``); ``lm_weight`` overrides
-    the weight (0: no LM); ``no_lm`` decodes without one (see :func:`~srupp_asr.loading.choose_lm`). The fused
-    LM's directory is in each transcript's ``decoding["lm"]``. ``on_error(message)`` gets a one-line
-    ``"PATH: reason"`` per file that cannot be transcribed, in input order; without it the first such file raises
-    :class:`UserError`. ``on_transcript`` is called with each transcript in input order as soon as it is ready.
-    ``on_warning(message)`` gets a one-line ``"PATH: reason"`` per file transcribed despite a problem (samples far
-    beyond full scale, clipped); without it the warning is logged.
+    is; whisper's ``beam_size`` is ``beam``), over ``options`` when both are given; whisper's ``language`` and
+    ``task`` are taken when they ask for English, transcribed (:func:`check_language_and_task`). Shallow fusion:
+    the model directory's own LM (``MODEL_DIR/lm``) with its recorded weight by default; ``lm`` another LM directory
+    (``srupp-asr train-lm``); ``lm_weight`` overrides the weight (0: no LM); ``no_lm`` decodes without one (see
+    :func:`~srupp_asr.loading.choose_lm`). The fused LM's directory is in each transcript's ``decoding["lm"]``.
+    ``on_error(message)`` gets a one-line ``"PATH: reason"`` per file that cannot be transcribed, in input order;
+    without it the first such file raises :class:`UserError`. ``on_transcript`` is called with each transcript in
+    input order as soon as it is ready. ``on_warning(message)`` gets a one-line ``"PATH: reason"`` per file
+    transcribed despite a problem (samples far beyond full scale, clipped); without it the warning is logged.
     """
     import torch
     from tqdm import tqdm
 
     from srupp_asr.audio import SAMPLE_RATE
 
+    check_language_and_task(language, task)
     formats = parse_formats(output_format)
     if chunk_overlap is None:
         chunk_overlap = min(CHUNK_OVERLAP, max_chunk_seconds / 4)
     _check_settings(batch_size, threads, max_chunk_seconds, chunk_overlap, max_segment_words, segment_pause)
     # checked before anything is read; the LM weight applies once the LM is chosen
     options, lm_weight = requested_options("transcribe", options, decode_options, lm, no_lm)
+    if not isinstance(model, LoadedModel):  # what loading would refuse, before any input is read
+        compute_device(compute_type, device)
+        model_dir_named(model)
     given = samples_readers(inputs, sample_rate)  # None: inputs are paths
     if given is None and isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
@@ -218,6 +225,15 @@ def transcribe(
             finish(job, result)
     folder_lock.release()
     return done
+
+
+def check_language_and_task(language: str | None, task: str | None) -> None:
+    """whisper's ``--language`` and ``--task`` as srupp-asr takes them: English, transcribed; a one-line UserError
+    for anything else (a whisper user's options work unchanged when they ask for what srupp-asr does)."""
+    if language is not None and language.strip().lower() not in ENGLISH:
+        raise UserError(f"--language {language}: srupp-asr recognises English only (--language en)")
+    if task is not None and task.strip().lower() != "transcribe":
+        raise UserError(f"--task {task}: srupp-asr transcribes, it does not translate (--task transcribe)")
 
 
 def _probe(jobs: list[_Job], report: Callable[[str], None]) -> list[_Job]:
@@ -334,8 +350,7 @@ def _stdout_printer(fmt: str, several: bool) -> Callable[[Transcript], None]:
 def transcribe_command(args: argparse.Namespace) -> int:
     """``srupp-asr transcribe``: exit status 0 when every input was transcribed, 1 when some failed (the closing
     line counts them); usage and model errors raise UserError (2)."""
-    if args.language is not None and args.language.strip().lower() not in ENGLISH:
-        raise UserError(f"--language {args.language}: srupp-asr recognises English only (--language en)")
+    check_language_and_task(args.language, args.task)
     inputs = list(args.inputs) + [f"@{path}" for path in args.list or []]
     if not inputs:
         raise UserError("no audio given (files, directories, @LIST or --list LIST)")
@@ -451,7 +466,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         f"({_builtin_model_text()}), trained on synthetic English speech only: poor on real voices; train on "
         "your own data for real use (docs/training.md). Exit status: 0 all inputs transcribed; 1 some inputs "
         "failed (one error line each, counted in the closing line); 2 a usage or model error. Whisper's spellings "
-        "--output_format, --output_dir, --beam_size, --word_timestamps and --language en are accepted.",
+        "--output_format, --output_dir, --beam_size, --word_timestamps, --language en and --task transcribe are "
+        "accepted.",
     )
     p.add_argument("inputs", nargs="*", metavar="AUDIO", help="audio files, directories (recursive) or @LIST files")
     p.add_argument("--list", action="append", metavar="LIST", help="a text file of inputs, one per line")
@@ -502,6 +518,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary line")
     p.add_argument("--language", metavar="LANG", help="en (English) is the only language: any other is refused")
+    p.add_argument("--task", metavar="TASK", help="whisper's --task: transcribe is the only one (translate is refused)")
     p.add_argument(
         "--word_timestamps",
         nargs="?",

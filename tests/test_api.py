@@ -180,8 +180,8 @@ def test_decoding_options_as_an_object_or_as_keywords(loaded, utts, overfit_mode
 
 def test_bad_decoding_keywords_are_one_line_errors(loaded, utts):
     wav = utts[0][0]
-    with pytest.raises(TypeError, match=r"^transcribe\(\) got an unexpected keyword argument 'beam_size'$"):
-        loaded.transcribe(wav, beam_size=5)
+    with pytest.raises(TypeError, match=r"^transcribe\(\) got an unexpected keyword argument 'best_of'$"):
+        loaded.transcribe(wav, best_of=5)  # whisper's sampling: srupp-asr has none
     with pytest.raises(TypeError, match=r"as decoding= or as mode=, not both"):
         loaded.transcribe(wav, decoding="joint", mode="ctc_greedy")
     with pytest.raises(UserError, match=r"^decoding options: beam must be an integer in \[1, 128\] .*, got 0$"):
@@ -209,3 +209,15 @@ def test_the_readme_python_example_runs(overfit_model_dir, monkeypatch, tmp_path
     monkeypatch.setenv(DEFAULT_MODEL_ENV, str(overfit_model_dir[0]))
     exec(compile(block, "README.md", "exec"), {})
     assert capsys.readouterr().out.startswith(text + " [(")
+
+
+def test_whispers_keyword_names_are_taken_as_the_command_line_takes_them(loaded, utts):
+    wav = utts[0][0]
+    whisper = loaded.transcribe(wav, decoding="joint", beam_size=3, language="en", task="transcribe")
+    assert whisper.decoding["beam"] == 3 and whisper.text == loaded.transcribe(wav, decoding="joint", beam=3).text
+    with pytest.raises(TypeError, match="beam= or as beam_size="):
+        loaded.transcribe(wav, beam=3, beam_size=4)
+    with pytest.raises(UserError, match="--language fr: srupp-asr recognises English only"):
+        loaded.transcribe(wav, language="fr")
+    with pytest.raises(UserError, match="--task translate: srupp-asr transcribes, it does not translate"):
+        loaded.transcribe(wav, task="translate")

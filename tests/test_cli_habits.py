@@ -4,6 +4,7 @@ built-in model by default (transcribe and evaluate), plain line-aligned text in 
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -27,11 +28,18 @@ def test_whispers_spellings_are_aliases():
     ours = _parse("transcribe", "a.wav", "--output-format", "srt", "--output-dir", "out", "--beam", "3")
     theirs = _parse(
         "transcribe", "a.wav", "--output_format", "srt", "--output_dir", "out", "--beam_size", "3",
-        "--word_timestamps", "True", "--language", "en",
+        "--word_timestamps", "True", "--language", "en", "--task", "transcribe",
     )  # fmt: skip
     for name in ("output_format", "output_dir", "beam", "inputs"):
         assert getattr(ours, name) == getattr(theirs, name)
     assert _parse("evaluate", "--cuts", "c", "--out-dir", "o", "--beam_size", "4").beam == 4
+
+
+def test_another_task_is_refused_in_one_line(capsys, tmp_path):
+    line = _one_error_line(capsys, ["transcribe", str(tmp_path / "a.wav"), "--task", "translate"])
+    assert line == "srupp-asr transcribe: error: --task translate: srupp-asr transcribes, it does not translate " + (
+        "(--task transcribe)"
+    )
 
 
 @pytest.mark.parametrize("language", ["fr", "de", "zh"])
@@ -185,3 +193,31 @@ def test_score_warns_when_every_hypothesis_is_empty(capsys, tmp_path):
     hyp.write_text("the cat (u1)\n (u2)\n")  # one word heard: no such warning
     assert main(["score", "--ref", str(ref), "--hyp", str(hyp)]) == 0
     assert "every hypothesis is empty" not in capsys.readouterr().err
+
+
+def test_every_command_handler_is_named_command():
+    from srupp_asr.cli import COMMANDS, _subparsers, build_parser
+
+    handlers = {}
+    for name in COMMANDS:
+        if name == "sclite":  # sclite's own command line: scoring.sclite.main(argv), not an argparse handler
+            continue
+        parsers = [_subparsers(build_parser(name))[name]]
+        while parsers:
+            parser = parsers.pop()
+            if "func" in parser._defaults:
+                handlers[parser.prog] = parser._defaults["func"].__name__
+            parsers += _subparsers(parser).values()
+    assert "srupp-asr score" in handlers and "srupp-asr prepare kaldi" in handlers
+    assert {prog: h for prog, h in handlers.items() if not h.endswith("_command")} == {}
+
+
+def test_each_command_registers_the_help_that_srupp_asr_help_shows():
+    # srupp-asr --help lists COMMANDS' lines without importing the commands; the modules register their own.
+    from srupp_asr.cli import COMMANDS, build_parser
+
+    for name, (_module, line) in COMMANDS.items():
+        if name == "sclite":
+            continue
+        choices = next(a for a in build_parser(name)._actions if isinstance(a, argparse._SubParsersAction))
+        assert next(c.help for c in choices._choices_actions if c.dest == name) == line, name

@@ -19,6 +19,8 @@ DEFAULT_BATCH_SIZE = 8
 DEFAULT_OPTIONS = DecodingOptions(mode=DEFAULT_DECODING)
 # The keywords transcribe() and evaluate() take as decoding options: the fields, and decoding (the mode's CLI name)
 OPTION_NAMES = (*(f.name for f in dataclasses.fields(DecodingOptions)), "decoding")
+# whisper's keyword for a field, taken as the command line takes --beam_size
+WHISPER_OPTION_NAMES = {"beam_size": "beam"}
 # with --lm and no --lm-weight, when the LM directory records no weight of its own (a model directory's lm/ does;
 # ESPnet's LibriSpeech recipes use 0.3-0.6)
 DEFAULT_LM_WEIGHT = 0.3
@@ -57,11 +59,17 @@ def requested_options(
     no_lm: bool = False,
 ) -> tuple[DecodingOptions, float | None]:
     """The decoding options ``caller`` (``transcribe`` or ``evaluate``) was asked for: ``options`` with the keywords
-    of ``decode_options`` (:class:`~srupp_asr.decoding.DecodingOptions` fields, or ``decoding`` for ``mode``; None
+    of ``decode_options`` (:class:`~srupp_asr.decoding.DecodingOptions` fields, ``decoding`` for ``mode``, whisper's
+    ``beam_size`` for ``beam``; None
     leaves a field as it is), and their ``lm_weight`` apart (None: the fused LM's own), which applies once the LM is
     chosen (:func:`srupp_asr.loading.fused_options`). The LM settings are checked first (:func:`check_lm_flags`);
     a bad value is a one-line UserError, an unknown keyword a TypeError."""
     given = {k: v for k, v in decode_options.items() if v is not None}
+    for whisper, name in WHISPER_OPTION_NAMES.items():
+        if whisper in given:
+            if name in given:
+                raise TypeError(f"{caller}() takes the {name} once: as {name}= or as {whisper}=, not both")
+            given[name] = given.pop(whisper)
     for name in given:
         if name not in OPTION_NAMES:
             raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")

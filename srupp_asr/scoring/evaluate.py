@@ -196,7 +196,7 @@ def _describe(options: DecodingOptions) -> str:
     return " ".join(f"{k}={v}" for k, v in fields.items())
 
 
-def main(args: argparse.Namespace) -> int:
+def evaluate_command(args: argparse.Namespace) -> int:
     """Run ``srupp-asr evaluate`` from parsed arguments; exit code 1 when some cuts' audio did not load."""
     errors: list[str] = []
     result, speed = evaluate(
@@ -253,5 +253,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         action="store_true",
         help="let audio sources that run a shell command (a Kaldi wav.scp pipe) run; only for manifests you trust",
     )
-    p.set_defaults(func=main)
+    p.set_defaults(func=evaluate_command)
     return p

@@ -65,7 +65,7 @@ def print_summary(
         print(f"report: {Path(out_dir) / 'report.html'}", file=sys.stderr)
 
 
-def main(args: argparse.Namespace) -> int:
+def score_command(args: argparse.Namespace) -> int:
     """Run ``srupp-asr score`` from parsed arguments."""
     result = score(
         args.ref,
@@ -120,5 +120,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--utt2spk", help="Kaldi utt2spk file giving the speakers (Kaldi text files have none)")
     p.add_argument("--no-normalize", action="store_true", help="score the texts as they are (no normalize_text)")
     add_report_arguments(p)
-    p.set_defaults(func=main)
+    p.set_defaults(func=score_command)
     return p

@@ -110,7 +110,7 @@ def summarize(
     return text
 
 
-def main(args: argparse.Namespace) -> int:
+def summarize_command(args: argparse.Namespace) -> int:
     """Run ``srupp-asr summarize`` from parsed arguments: print the table (unless --quiet), write it with --out;
     exit code 1 when some of the sets have no report (named on stderr)."""
     text = summarize(args.exp, args.sets, out=args.out, title=args.title)
@@ -141,5 +141,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--out", help="also write the table here (markdown, under a heading)")
     p.add_argument("--title", help="the heading of --out (default: 'Results (EXP)')")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the table")
-    p.set_defaults(func=main)
+    p.set_defaults(func=summarize_command)
     return p

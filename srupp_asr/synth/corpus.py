@@ -630,7 +630,7 @@ def build_corpus(
     )
 
 
-def synth_corpus(args: argparse.Namespace) -> int:
+def synth_corpus_command(args: argparse.Namespace) -> int:
     """The ``synth-corpus`` command: list the voices, or build a corpus and print what was made."""
     if args.list_voices:
         print(voice_table())
@@ -688,5 +688,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--max-utts", type=int, help="at most this many utterances per split")
     p.add_argument("--text", metavar="FILE", help="read sentences from FILE (one per line) instead of Debian's texts")
     p.add_argument("--list-voices", action="store_true", help="print the voices and whether they work here, then exit")
-    p.set_defaults(func=synth_corpus)
+    p.set_defaults(func=synth_corpus_command)
     return p
