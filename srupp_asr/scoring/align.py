@@ -242,10 +242,14 @@ def _align_ids(ids: list[tuple[np.ndarray, np.ndarray]]) -> list[str]:
     return [letters[k, : length[k]][::-1].tobytes().decode("ascii") for k in range(batch)]
 
 
-# Word networks (alternations, optional words, fragments): sclite's network DP (``net_dp.c``) over arc pairs,
-# with its costs in thousandths so they add up exactly: a null word ``@`` is left out for 0.001, an optional
-# word for 2, any other word for 3; ``@`` against ``@`` costs 1, a substitution 4, a match 0.
-_NET_NULL, _NET_OPTIONAL, _NET_INDEL, _NET_NULL_PAIR, _NET_SUB = 1, 2000, 3000, 1000, 4000
+# Word networks (alternations, optional words, fragments): sclite's network DP (``net_dp.c``) over arc pairs: a
+# null word ``@`` is left out for 0.001, an optional word for 2, any other word for 3; ``@`` against ``@`` costs 1,
+# a substitution 4, a match 0. The costs are single-precision floats summed in single precision, as sclite's are:
+# 0.001 is not exact there, so where it is added decides between paths that tie in exact arithmetic.
+_F32 = np.float32
+_NET_NULL, _NET_OPTIONAL, _NET_INDEL, _NET_NULL_PAIR, _NET_SUB = map(_F32, (0.001, 2.0, 3.0, 1.0, 4.0))
+_NET_MATCH = _F32(0.0)
+_TIME_NULL, _TIME_MISMATCH = 0.001, 0.001
 
 
 def fragment_equal(a: Word, b: Word) -> bool:
@@ -260,31 +264,55 @@ def fragment_equal(a: Word, b: Word) -> bool:
     return x == y
 
 
-def _indel_cost(word: Word) -> int:
+def _indel_cost(word: Word) -> np.float32:
     return _NET_NULL if word.null else _NET_OPTIONAL if word.optional else _NET_INDEL
 
 
-def align_nets(ref: WordNet, hyp: WordNet) -> Alignment:
+def _pair_cost(a: Word, b: Word) -> np.float32:
+    if a.null and b.null:
+        return _NET_NULL_PAIR
+    return _NET_MATCH if fragment_equal(a, b) else _NET_SUB
+
+
+def _time_indel_cost(word: Word) -> np.float32:
+    """sclite's ``-T`` cost of leaving a word out: its duration (0.001 for a null word ``@``)."""
+    return _F32(_TIME_NULL if word.null else word.end - word.start)
+
+
+def _time_pair_cost(a: Word, b: Word) -> np.float32:
+    """sclite's ``-T`` cost of pairing two words: how far apart their begin and end times are, plus 0.001 when
+    the words differ (so a substitution costs a little more than a match at the same times)."""
+    miss = 0.0 if fragment_equal(a, b) else _TIME_MISMATCH
+    return _F32(abs(a.start - b.start) + abs(a.end - b.end) + miss)
+
+
+def align_nets(ref: WordNet, hyp: WordNet, time_mediated: bool = False, sort_indels: bool = False) -> Alignment:
     """Align two word networks as sclite does: the cheapest path pair, ties broken as in ``net_dp.c``.
 
     The diagonal step wins when no worse than both others, then the deletion when strictly cheaper than the
     insertion; among predecessor arcs the first cheapest counts. Null words ``@`` are left out of the result;
-    an optional word left out (either side) is a correct word against an empty one."""
+    an optional word left out (either side) is a correct word against an empty one.
+
+    ``time_mediated`` (sclite ``-T``): costs from the words' times instead of 3/4 (see :func:`_time_pair_cost`).
+    ``sort_indels``: each run of insertions and deletions ordered by begin time, as sclite shows CTM-to-CTM
+    alignments (a stable sort: the counts do not change)."""
+    indel, pair = (_time_indel_cost, _time_pair_cost) if time_mediated else (_indel_cost, _pair_cost)
     pa, pb = ref.preds(), hyp.preds()
     na, nb = len(ref.words) + 1, len(hyp.words) + 1
     rw, hw = [None, *ref.words], [None, *hyp.words]
-    cost = [[0] * nb for _ in range(na)]
+    zero = _F32(0.0)
+    cost = [[zero] * nb for _ in range(na)]
     back = [[(-1, -1)] * nb for _ in range(na)]
+    ins_cost = [zero] + [indel(w) for w in hyp.words]
     for b in range(1, nb):
         p = min(pb[b], key=lambda k: cost[0][k])
-        cost[0][b], back[0][b] = cost[0][p] + _indel_cost(hw[b]), (0, p)
+        cost[0][b], back[0][b] = cost[0][p] + ins_cost[b], (0, p)
     for a in range(1, na):
         p = min(pa[a], key=lambda k: cost[k][0])
-        cost[a][0], back[a][0] = cost[p][0] + _indel_cost(rw[a]), (p, 0)
+        cost[a][0], back[a][0] = cost[p][0] + indel(rw[a]), (p, 0)
     for a in range(1, na):
-        ra, row, del_a = rw[a], cost[a], _indel_cost(rw[a])
+        ra, row, del_a = rw[a], cost[a], indel(rw[a])
         for b in range(1, nb):
-            hb = hw[b]
             ins_p = min(pb[b], key=lambda k: row[k])
             del_p = min(pa[a], key=lambda k: cost[k][b])
             sub_pa, sub_pb, sub = -1, -1, None
@@ -293,11 +321,8 @@ def align_nets(ref: WordNet, hyp: WordNet) -> Alignment:
                 for y in pb[b]:
                     if sub is None or cx[y] < sub:
                         sub, sub_pa, sub_pb = cx[y], x, y
-            if ra.null and hb.null:
-                sub += _NET_NULL_PAIR
-            elif not fragment_equal(ra, hb):
-                sub += _NET_SUB
-            ins = row[ins_p] + _indel_cost(hb)
+            sub = sub + pair(ra, hw[b])
+            ins = row[ins_p] + ins_cost[b]
             dele = cost[del_p][b] + del_a
             if sub <= dele and sub <= ins:
                 row[b], back[a][b] = sub, (sub_pa, sub_pb)
@@ -310,49 +335,70 @@ def align_nets(ref: WordNet, hyp: WordNet) -> Alignment:
         for y in hyp.final_arcs():
             if best is None or cost[x][y] < cost[best[0]][best[1]]:
                 best = (x, y)
-    return _net_path(best, back, rw, hw)
+    columns = _net_columns(best, back, rw, hw)
+    if sort_indels:
+        columns = _indels_by_time(columns)
+    refs = tuple(c[0] for c in columns if c[0] is not None)
+    hyps = tuple(c[1] for c in columns if c[1] is not None)
+    confs = tuple(c[2] for c in columns if c[1] is not None)
+    ops = "".join(c[3] for c in columns)
+    return Alignment(refs, hyps, ops, confs if any(c is not None for c in confs) else None)
 
 
-def _net_path(start: tuple[int, int], back: list, rw: list, hw: list) -> Alignment:
-    """The back trace of :func:`align_nets` as an :class:`Alignment` (empty strings for left-out optionals)."""
-    refs: list[str] = []
-    hyps: list[str] = []
-    confs: list[float | None] = []
-    ops: list[str] = []
+# One column of a network alignment: (reference text or None, hypothesis text or None, the hypothesis word's
+# confidence, op, begin time of the word an insertion/deletion shows).
+_Column = tuple[str | None, str | None, float | None, str, float]
+
+
+def _net_columns(start: tuple[int, int], back: list, rw: list, hw: list) -> list[_Column]:
+    """The back trace of :func:`align_nets` as columns in order (empty strings for left-out optional words)."""
+    out: list[_Column] = []
     a, b = start
     while a > 0 or b > 0:
         ba, bb = back[a][b]
         if ba == a:  # insertion
             word = hw[b]
             if not word.null:
-                refs += [""] if word.optional else []
-                hyps.append(word.text)
-                confs.append(word.conf)
-                ops.append(CORRECT if word.optional else INSERTION)
+                op = CORRECT if word.optional else INSERTION
+                out.append(("" if word.optional else None, word.text, word.conf, op, word.start))
         elif bb == b:  # deletion
             word = rw[a]
             if not word.null:
-                refs.append(word.text)
-                hyps += [""] if word.optional else []
-                confs += [None] if word.optional else []
-                ops.append(CORRECT if word.optional else DELETION)
+                op = CORRECT if word.optional else DELETION
+                out.append((word.text, "" if word.optional else None, None, op, word.start))
         elif not (rw[a].null and hw[b].null):
-            refs.append(rw[a].text)
-            hyps.append(hw[b].text)
-            confs.append(hw[b].conf)
-            ops.append(CORRECT if fragment_equal(rw[a], hw[b]) else SUBSTITUTION)
+            op = CORRECT if fragment_equal(rw[a], hw[b]) else SUBSTITUTION
+            out.append((rw[a].text, hw[b].text, hw[b].conf, op, 0.0))
         a, b = ba, bb
-    hyp_conf = tuple(reversed(confs)) if any(c is not None for c in confs) else None
-    return Alignment(tuple(reversed(refs)), tuple(reversed(hyps)), "".join(reversed(ops)), hyp_conf)
+    out.reverse()
+    return out
 
 
-def align_net_batch(pairs: Sequence[tuple[WordNet, WordNet]]) -> list[Alignment]:
+def _indels_by_time(columns: list[_Column]) -> list[_Column]:
+    """Each run of insertions and deletions stably sorted by begin time (sclite's ``sort_PATH_time_marks``)."""
+    out: list[_Column] = []
+    run: list[_Column] = []
+    for column in [*columns, None]:
+        if column is not None and column[3] in (INSERTION, DELETION):
+            run.append(column)
+            continue
+        out += sorted(run, key=lambda c: c[4])
+        run = []
+        if column is not None:
+            out.append(column)
+    return out
+
+
+def align_net_batch(pairs: Sequence[tuple[WordNet, WordNet]], time_mediated: bool = False) -> list[Alignment]:
     """Align many network pairs: chains of plain words together in the array aligner (:func:`align_batch`),
-    the others one by one with :func:`align_nets`. Both give sclite's alignment."""
+    the others (and all of them under ``time_mediated``) one by one with :func:`align_nets`. Both give sclite's
+    alignment."""
     out: list[Alignment | None] = [None] * len(pairs)
     plain: list[int] = []
     for i, (ref, hyp) in enumerate(pairs):
-        if ref.linear_words() is not None and hyp.linear_words() is not None:
+        if time_mediated:
+            out[i] = align_nets(ref, hyp, time_mediated=True)
+        elif ref.linear_words() is not None and hyp.linear_words() is not None:
             plain.append(i)
         else:
             out[i] = align_nets(ref, hyp)

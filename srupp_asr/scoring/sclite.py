@@ -1,6 +1,6 @@
 """``srupp-asr sclite``: NIST sclite's command line and reports, on the package's reader and aligner.
 
-``srupp-asr sclite -r REF [trn|stm] -h HYP [trn|ctm] [TITLE] -i wsj -o sum rsum pralign dtl sgml -O DIR -n NAME``
+``srupp-asr sclite -r REF [trn|stm|ctm] -h HYP [trn|ctm] [TITLE] -i wsj -o sum rsum pralign dtl sgml -O DIR -n NAME``
 scores as sclite (NIST SCTK) does and writes ``NAME.sys``, ``NAME.raw``, ``NAME.pra``, ``NAME.dtl`` and (trn
 scoring) ``NAME.sgml`` in its layout; CTM confidences add sclite's NCE column to ``.sys``/``.raw``:
 
@@ -11,11 +11,15 @@ scoring) ``NAME.sgml`` in its layout; CTM confidences add sclite's NCE column to
   midpoint, the channel's last segment takes the rest; segments marked ``IGNORE_TIME_SEGMENT_IN_SCORING`` drop
   their words. Utterance ids are ``SPEAKER-NNN``. ``-m ref`` / ``-m hyp`` leave out the segments outside the
   hypothesis' time range / the words outside the reference's.
+- CTM against CTM: each channel cut into utterances ``FILE-CHANNEL-NNNN`` where the two sides' word gaps meet
+  (:mod:`srupp_asr.scoring.sclite_ctm`); ``-T`` aligns them by the words' times (time-mediated alignment: a
+  pairing costs the distance of the begin and end times, a word left out its duration), which sclite allows
+  for CTM references only.
 - ``-D`` optional words ``(uh)``, ``-F`` fragments, ``-c [DH] [NOASCII]`` characters: see
   :mod:`srupp_asr.scoring.wordnet`. Alignment: :func:`srupp_asr.scoring.align.align_net_batch`.
 
-Options sclite has that this does not (``-S``, ``-w``, ``-L``, ``-d``, ``-T``, ``-P`` SGML input) are refused in
-one line naming the option.
+Options sclite has that this does not (``-S``, ``-w``, ``-L``, ``-d``, ``-P`` SGML input) are refused in one line
+naming the option.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from srupp_asr.errors import UserError
-from srupp_asr.scoring.align import align_net_batch
+from srupp_asr.scoring.align import align_net_batch, align_nets
 from srupp_asr.scoring.formats import CtmToken, StmSegment, data_lines, read_ctm, read_stm, split_trn_id
+from srupp_asr.scoring.sclite_ctm import MarkedWord, chunks, recordings
 from srupp_asr.scoring.sclite_report import ScoredUtterance, SgmlHeader, dtl_text, pra_text, sgml_text, summary_table
 from srupp_asr.scoring.wordnet import CharMode, WordNet, build_net, parse_tokens, word_positions
 
@@ -38,7 +43,6 @@ _REFUSED = {
     "-w": "word-weight alignment",
     "-L": "language-model-weighted alignment",
     "-d": "GNU diff alignment",
-    "-T": "time-mediated alignment",
     "-P": "SGML input",
     "-g": "SGML input",
 }
@@ -88,6 +92,7 @@ class Options:
     name: str | None = None
     reduce_ref: bool = False
     reduce_hyp: bool = False
+    time_align: bool = False
 
 
 def parse_args(argv: Sequence[str]) -> Options:
@@ -133,6 +138,8 @@ def parse_args(argv: Sequence[str]) -> Options:
             opts.reduce_ref, opts.reduce_hyp = "ref" in sides, "hyp" in sides
         elif flag == "-s":
             opts.case_sensitive = True
+        elif flag == "-T":
+            opts.time_align = True
         elif flag == "-c":
             words = {w.upper() for w in values()}
             opts.chars = CharMode(no_ascii="NOASCII" in words, drop_hyphens="DH" in words)
@@ -158,11 +165,14 @@ def parse_args(argv: Sequence[str]) -> Options:
     if not opts.ref or not opts.hyp:
         raise UserError("sclite: needs -r REF_FILE and -h HYP_FILE")
     formats = {(opts.ref_format, opts.hyp_format)}
-    if not formats <= {("trn", "trn"), ("stm", "ctm")}:
+    if not formats <= {("trn", "trn"), ("stm", "ctm"), ("ctm", "ctm")}:
         raise UserError(
-            f"sclite: -r {opts.ref_format} against -h {opts.hyp_format} is not supported (trn/trn and stm/ctm are)"
+            f"sclite: -r {opts.ref_format} against -h {opts.hyp_format} is not supported"
+            " (trn/trn, stm/ctm and ctm/ctm are)"
         )
-    if "sgml" in opts.reports and opts.ref_format == "stm":
+    if opts.time_align and opts.ref_format != "ctm":
+        raise UserError("sclite: -T (time-mediated alignment) needs a CTM reference (-r FILE ctm), as in sclite")
+    if "sgml" in opts.reports and opts.ref_format != "trn":
         # sclite's STM/CTM paths carry every word's times (word_aux), which the aligner here does not keep.
         print("sclite: warning: report 'sgml' is written for trn scoring only by srupp-asr sclite", file=sys.stderr)
         opts.reports.remove("sgml")
@@ -200,8 +210,13 @@ def speaker_of(utt_id: str, id_type: str) -> str:
     raise UserError(f"sclite: can't find the speaker in utterance id {utt_id!r} (-i {id_type})")
 
 
-def _net(text: str, opts: Options, confidences: Sequence[float | None] | None = None) -> WordNet:
-    return build_net(fold_case(text, opts), opts.optional, opts.fragments, opts.chars, confidences)
+def _net(
+    text: str,
+    opts: Options,
+    confidences: Sequence[float | None] | None = None,
+    times: Sequence[tuple[float, float]] | None = None,
+) -> WordNet:
+    return build_net(fold_case(text, opts), opts.optional, opts.fragments, opts.chars, confidences, times)
 
 
 def score_trn(opts: Options) -> list[ScoredUtterance]:
@@ -336,9 +351,60 @@ def score_stm_ctm(opts: Options) -> list[ScoredUtterance]:
     ]
 
 
+_MARK_TEXT = {"<ALT_BEGIN>": "{", "<ALT>": "/", "<ALT_END>": "}"}
+
+
+def _marked_net(words: Sequence[MarkedWord], opts: Options, path: str) -> WordNet:
+    """The network of a run of CTM lines (alternation marks read as braces), each word with its times and
+    confidence."""
+    text = " ".join(_MARK_TEXT.get(w.token.word, w.token.word) for w in words)
+    spoken = [w for w in words if w.token.word not in _MARK_TEXT]
+    if len(word_positions(parse_tokens(text))) != len(spoken):
+        raise UserError(f"{path}: a CTM word holds '{{', '}}' or (in an alternation) '/', which sclite reads apart")
+    confs = [w.token.confidence for w in spoken]
+    times = [(w.t1, w.t1 + w.dur) for w in spoken]
+    return _net(text, opts, confs if any(c is not None for c in confs) else None, times)
+
+
+def _fold_ctm(tokens: Sequence[CtmToken], opts: Options) -> list[CtmToken]:
+    """CTM lines with recording, channel and word case-folded as sclite folds whole lines (marks kept)."""
+    return [
+        replace(
+            tok,
+            file=fold_case(tok.file, opts),
+            channel=fold_case(tok.channel, opts),
+            word=tok.word if tok.word in _MARK_TEXT else fold_case(tok.word, opts),
+        )
+        for tok in tokens
+    ]
+
+
+def score_ctm_ctm(opts: Options) -> list[ScoredUtterance]:
+    """CTM reference against CTM hypothesis: recordings paired in file order, each channel cut into utterances
+    (:func:`srupp_asr.scoring.sclite_ctm.chunks`) and aligned, by word times under ``-T``."""
+    refs = recordings(_fold_ctm(read_ctm(opts.ref, opts.encoding), opts), opts.ref)
+    hyps = recordings(_fold_ctm(read_ctm(opts.hyp, opts.encoding), opts), opts.hyp)
+    for ref, hyp in zip(refs, hyps, strict=False):
+        if ref.name != hyp.name:
+            raise UserError(f"{opts.hyp}: recording '{hyp.name}' where {opts.ref} has '{ref.name}' (same order needed)")
+    if len(refs) != len(hyps):
+        longer, path = (refs, opts.ref) if len(refs) > len(hyps) else (hyps, opts.hyp)
+        raise UserError(f"{path}: recording '{longer[min(len(refs), len(hyps))].name}' is not in the other file")
+    out = []
+    for ref, hyp in zip(refs, hyps, strict=True):
+        for chunk in chunks(ref, hyp, opts.ref, opts.hyp):
+            ref_net, hyp_net = _marked_net(chunk.ref, opts, opts.ref), _marked_net(chunk.hyp, opts, opts.hyp)
+            alignment = align_nets(ref_net, hyp_net, time_mediated=opts.time_align, sort_indels=True)
+            out.append(ScoredUtterance(chunk.utt_id, chunk.speaker, alignment, chunk.file, chunk.channel))
+    return out
+
+
+_SCORERS = {"trn": score_trn, "stm": score_stm_ctm, "ctm": score_ctm_ctm}
+
+
 def sclite(opts: Options) -> list[ScoredUtterance]:
     """Score as ``opts`` say and write the reports; returns the scored utterances."""
-    utts = score_trn(opts) if opts.ref_format == "trn" else score_stm_ctm(opts)
+    utts = _SCORERS[opts.ref_format](opts)
     title = opts.title or opts.hyp
     header = SgmlHeader(
         title, opts.ref, opts.hyp, opts.fragments, opts.optional, opts.chars is not None, opts.case_sensitive

@@ -205,7 +205,7 @@ def pra_text(utterances: Sequence[ScoredUtterance], title: str) -> str:
         out.append(f"Speaker sentences{k:4d}:  {name}   #utts: {len(utts)}")
         for utt in utts:
             out += _pra_utterance(utt)
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n\n"  # sclite closes the file with one more blank line
 
 
 def _pra_utterance(utt: ScoredUtterance) -> list[str]:

@@ -10,6 +10,7 @@ module builds that network so :func:`srupp_asr.scoring.align.align_nets` can ali
   (ends) with the rest of it.
 - ``-c``: words are split into characters; ``NOASCII`` keeps runs of ASCII letters whole, ``DH`` drops hyphens.
 - A word's tags after an unescaped ``;`` (``word;tag1;tag2``) are not part of it; ``\\;`` is a literal ``;``.
+- A CTM word carries its begin and end times (``-T`` aligns by them); a null word ``@`` has times 0, as in sclite.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class Word:
     optional: bool = False
     fragment: bool = False
     conf: float | None = None  # a CTM hypothesis word's confidence (sclite's NCE)
+    start: float = 0.0  # a CTM word's begin and end times in seconds (0 where there are none)
+    end: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,28 +116,35 @@ def build_net(
     fragments: bool = False,
     chars: CharMode | None = None,
     confidences: Sequence[float | None] | None = None,
+    times: Sequence[tuple[float, float]] | None = None,
 ) -> WordNet:
     """The network of one transcript (already case-folded), decoding ``-D``/``-F``/``-c`` as sclite does.
 
-    ``confidences``, when given, has one value per word of :func:`parse_tokens` (the marks ``{ / }`` left out):
-    each word's arcs (its characters' under ``-c``) carry it."""
+    ``confidences`` and ``times`` ((begin, end) in seconds), when given, have one value per word of
+    :func:`parse_tokens` (the marks ``{ / }`` left out): each word's arcs (its characters' under ``-c``) carry it."""
     if chars is None and not (_FRAGMENT_MARKS if fragments else _MARKS).search(text):
         # Plain words only (most transcripts): a chain, built without parsing.
         texts = text.split()
         confs = confidences if confidences is not None else [None] * len(texts)
-        words = [Word(w, w, conf=c) for w, c in zip(texts, confs, strict=True)]
+        spans = times if times is not None else [(0.0, 0.0)] * len(texts)
+        words = [Word(w, w, conf=c, start=t[0], end=t[1]) for w, c, t in zip(texts, confs, spans, strict=True)]
         n = len(words)
         return WordNet(words, list(range(n)), list(range(1, n + 1)), n, n + 1)
     tokens = parse_tokens(text)
     token_confs: list[float | None] = [None] * len(tokens)
+    token_times: list[tuple[float, float]] = [(0.0, 0.0)] * len(tokens)
+    positions = word_positions(tokens)
     if confidences is not None:
-        for k, conf in zip(word_positions(tokens), confidences, strict=True):
+        for k, conf in zip(positions, confidences, strict=True):
             token_confs[k] = conf
+    if times is not None:
+        for k, span in zip(positions, times, strict=True):
+            token_times[k] = span
     net = WordNet()
     seq, _ = _parse_seq(tokens, 0)
     net.stop = net.new_node() if seq else 0
     if seq:
-        _emit(seq, 0, net.stop, net, _Reader(tokens, token_confs, optional, fragments, chars))
+        _emit(seq, 0, net.stop, net, _Reader(tokens, token_confs, token_times, optional, fragments, chars))
     return net
 
 
@@ -152,7 +162,9 @@ def word_positions(tokens: Sequence[str]) -> list[int]:
     return out
 
 
-def word_of(token: str, optional: bool, fragments: bool, conf: float | None = None) -> Word:
+def word_of(
+    token: str, optional: bool, fragments: bool, conf: float | None = None, span: tuple[float, float] = (0.0, 0.0)
+) -> Word:
     """A word as sclite reads it: tags dropped, ``(w)`` optional under ``-D``, ``w-``/``-w`` fragments under ``-F``."""
     value = _TAG_SPLIT.split(token, maxsplit=1)[0].replace("\\;", ";")
     if value.endswith("*") and len(value) > 1:
@@ -161,7 +173,7 @@ def word_of(token: str, optional: bool, fragments: bool, conf: float | None = No
     if optional and len(value) >= 2 and value[0] == "(" and value[-1] == ")":
         key, is_opt = value[1:-1], True
     frag = fragments and len(key) > 0 and (key[0] == "-" or key[-1] == "-")
-    return Word(value, key, value == NULL_WORD, is_opt, frag, conf)
+    return Word(value, key, value == NULL_WORD, is_opt, frag, conf, *span)
 
 
 def split_chars(word: str, mode: CharMode) -> list[str]:
@@ -184,10 +196,11 @@ _Seq = list  # items: int (a word: its index in the tokens) or list[_Seq] (an al
 
 @dataclass(frozen=True)
 class _Reader:
-    """What turns a parsed token into its arcs: the tokens, their confidences and the -D/-F/-c options."""
+    """What turns a parsed token into its arcs: the tokens, their confidences and times, the -D/-F/-c options."""
 
     tokens: list[str]
     confs: list[float | None]
+    times: list[tuple[float, float]]
     optional: bool
     fragments: bool
     chars: CharMode | None
@@ -229,20 +242,24 @@ def _emit(seq: _Seq, src: int, dst: int, net: WordNet, reader: _Reader) -> None:
                 else:
                     net.add(Word(NULL_WORD, NULL_WORD, null=True), src, end)
         else:
-            word = word_of(reader.tokens[item], reader.optional, reader.fragments, reader.confs[item])
+            word = word_of(
+                reader.tokens[item], reader.optional, reader.fragments, reader.confs[item], reader.times[item]
+            )
             _add_word(word, src, end, net, reader.chars)
         src = end
 
 
 def _add_word(word: Word, src: int, dst: int, net: WordNet, chars: CharMode | None) -> None:
-    """One word's arc, or under ``-c`` a chain of its characters' arcs (each optional if the word is)."""
+    """One word's arc, or under ``-c`` a chain of its characters' arcs (each optional if the word is; the word's
+    time shared out equally among them, as sclite does)."""
     parts = split_chars(word.key, chars) if chars is not None and len(word.text) > 1 and not word.null else None
     if not parts or parts == [word.text]:
         net.add(word, src, dst)
         return
+    step, begin = (word.end - word.start) / len(parts), word.start
     for k, part in enumerate(parts):
         end = dst if k == len(parts) - 1 else net.new_node()
         text = f"({part})" if word.optional else part
         frag = word.fragment and len(parts) == 1
-        net.add(Word(text, part, part == NULL_WORD, word.optional, frag, word.conf), src, end)
-        src = end
+        net.add(Word(text, part, part == NULL_WORD, word.optional, frag, word.conf, begin, begin + step), src, end)
+        src, begin = end, begin + step
