@@ -466,30 +466,10 @@ def _check_no_leaks(cuts: dict[str, list[MonoCut]]) -> dict[str, int]:
     return overlaps
 
 
-def build_corpus(
-    out_dir: str | os.PathLike,
-    size: str = "small",
-    seed: int = 0,
-    jobs: int | None = None,
-    non_free: bool = False,
-    voices: Iterable[str | Voice] | None = None,
-    hours: float | None = None,
-    max_utts: int | None = None,
-    texts: Iterable[str] | None = None,
-    progress: bool = True,
-    texts_from: str | os.PathLike | None = None,
-) -> CorpusSummary:
-    """Synthesise (or complete) the corpus in ``out_dir`` and write its manifests; see the module docstring.
-
-    ``size`` picks the hours (tiny, small, large) unless ``hours`` is given; ``max_utts`` caps every split;
-    ``texts`` replaces the Debian text sources with these sentences (still verbalised and filtered);
-    ``texts_from`` names where they came from in errors. Every problem found before synthesis starts (settings,
-    voices, too few sentences) is raised before ``out_dir`` is made.
-    """
-    from srupp_asr.manifest import save_cuts
-    from srupp_asr.synth.variation import variation_settings
-
-    started = time.monotonic()
+def _checked_settings(
+    size: str, seed: int, hours: float | None, max_utts: int | None, jobs: int | None, out_dir: str | os.PathLike
+) -> tuple[float, int, Path]:
+    """The corpus's hours, jobs and (absolute) folder, every setting checked: a UserError naming the option."""
     if size not in SIZES:
         raise UserError(f"--size: unknown size {size!r} (choose from {', '.join(SIZES)})")
     if seed < 0:  # numpy's generators take only non-negative seeds
@@ -505,8 +485,12 @@ def build_corpus(
     out_dir = Path(out_dir).resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: exists and is not a folder")
-    given = None if texts is None else given_sentences(texts, texts_from or "texts")  # before any TTS check
+    return hours, jobs, out_dir
 
+
+def _usable_voices(voices: Iterable[str | Voice] | None, non_free: bool) -> tuple[VoiceSplit, dict[str, str]]:
+    """The voices asked for that work here, split into training and held-out ones, and the others with why
+    (logged); a UserError when a split would have no voice or sox is missing."""
     if shutil.which("sox") is None:
         raise UserError("sox not found: it changes rate and pitch and resamples (apt-get install sox)")
     wanted = select_voices(voices, non_free)
@@ -525,27 +509,14 @@ def build_corpus(
         )
     if not voice_split.whole_engines:
         log.warning("no engine is held out whole with this voice set (festival or pico would be)")
+    return voice_split, unavailable
 
-    if given is not None:
-        sentences, sources, fresh = *given, True
-    else:
-        sentences, sources, fresh = _sentence_pool(out_dir)
-    try:
-        plan = plan_corpus(sentences, voice_split, hours, seed, max_utts)
-    except UserError as err:
-        if texts_from is None:
-            raise
-        raise UserError(f"{texts_from}: {str(err).removeprefix('sentences: ')}") from None
 
-    out_dir.mkdir(parents=True, exist_ok=True)  # only now: a refused build leaves no folder behind
-    for folder in (out_dir / "audio").glob("*/*/"):  # what a build killed mid-write left (never a live build's)
-        remove_stale_temps(folder)
-    if fresh:
-        _save_sentence_pool(out_dir, sentences, sources)
-    paths = {utt.id: utt.path(out_dir) for utt in plan}
-
-    results = _render_all([(utt, str(paths[utt.id])) for utt in plan], jobs, progress)
-
+def _split_cuts(
+    plan: Sequence[Utterance], paths: dict[str, Path], results: dict[str, tuple]
+) -> tuple[dict[str, list[MonoCut]], list[str]]:
+    """Each split's cuts of the rendered utterances, and the failed ones as ``ID (error)``; a UserError when a
+    split has none left."""
     cuts: dict[str, list[MonoCut]] = {split: [] for split in SPLITS}
     failed = []
     for utt in plan:
@@ -558,26 +529,28 @@ def build_corpus(
         if not cuts[split]:
             first = next(f for f in failed if f.startswith(f"{split}-"))
             raise UserError(f"{split}: every utterance failed (first: {first}); nothing to write")
-    overlaps = _check_no_leaks(cuts)
-    manifests = {split: out_dir / _MANIFEST.format(split=split) for split in SPLITS}
-    for split in SPLITS:
-        save_cuts(cuts[split], manifests[split])
+    return cuts, failed
 
-    counts = {split: len(cuts[split]) for split in SPLITS}
-    split_hours = {split: round(sum(c.duration for c in cuts[split]) / 3600, 4) for split in SPLITS}
-    description = describe_splits(voice_split)
-    atomic_write_text(out_dir / "SPLITS.txt", description)
-    atomic_write_text(out_dir / _LM_TEXT, "\n".join(lm_training_text(sentences, hours, seed)) + "\n")
-    info = {
+
+def _corpus_info(
+    settings: dict,
+    texts_given: bool,
+    sentences: Sequence,
+    sources: Sequence[SourceReport],
+    voice_split: VoiceSplit,
+    unavailable: dict[str, str],
+    description: str,
+) -> dict:
+    """corpus.json without the per-split counts: the settings, the text sources, the variation, the voices."""
+    from srupp_asr.synth.variation import variation_settings
+
+    voices = settings["voices"]
+    return {
         "format": 1,
         "config": {
-            "size": size,
-            "hours": hours,
-            "seed": seed,
-            "non_free": non_free,
+            **settings,
             "voices": None if voices is None else sorted(v.name if isinstance(v, Voice) else v for v in voices),
-            "max_utts": max_utts,
-            "texts": "given" if texts is not None else "debian",
+            "texts": "given" if texts_given else "debian",
             "pipeline_version": PIPELINE_VERSION,
         },
         "text": {
@@ -604,11 +577,74 @@ def build_corpus(
             "held_out_donors": sorted({v.donor for v in voice_split.held_out}),
             "whole_engines_held_out": list(voice_split.whole_engines),
             "description": description,
-            "overlaps": overlaps,
-            **{split: {"utterances": counts[split], "hours": split_hours[split]} for split in SPLITS},
         },
-        "failed": failed,
     }
+
+
+def build_corpus(
+    out_dir: str | os.PathLike,
+    size: str = "small",
+    seed: int = 0,
+    jobs: int | None = None,
+    non_free: bool = False,
+    voices: Iterable[str | Voice] | None = None,
+    hours: float | None = None,
+    max_utts: int | None = None,
+    texts: Iterable[str] | None = None,
+    progress: bool = True,
+    texts_from: str | os.PathLike | None = None,
+) -> CorpusSummary:
+    """Synthesise (or complete) the corpus in ``out_dir`` and write its manifests; see the module docstring.
+
+    ``size`` picks the hours (tiny, small, large) unless ``hours`` is given; ``max_utts`` caps every split;
+    ``texts`` replaces the Debian text sources with these sentences (still verbalised and filtered);
+    ``texts_from`` names where they came from in errors. Every problem found before synthesis starts (settings,
+    voices, too few sentences) is raised before ``out_dir`` is made.
+    """
+    from srupp_asr.manifest import save_cuts
+
+    started = time.monotonic()
+    hours, jobs, out_dir = _checked_settings(size, seed, hours, max_utts, jobs, out_dir)
+    given = None if texts is None else given_sentences(texts, texts_from or "texts")  # before any TTS check
+    voice_split, unavailable = _usable_voices(voices, non_free)
+
+    if given is not None:
+        sentences, sources, fresh = *given, True
+    else:
+        sentences, sources, fresh = _sentence_pool(out_dir)
+    try:
+        plan = plan_corpus(sentences, voice_split, hours, seed, max_utts)
+    except UserError as err:
+        if texts_from is None:
+            raise
+        raise UserError(f"{texts_from}: {str(err).removeprefix('sentences: ')}") from None
+
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now: a refused build leaves no folder behind
+    for folder in (out_dir / "audio").glob("*/*/"):  # what a build killed mid-write left (never a live build's)
+        remove_stale_temps(folder)
+    if fresh:
+        _save_sentence_pool(out_dir, sentences, sources)
+    paths = {utt.id: utt.path(out_dir) for utt in plan}
+
+    results = _render_all([(utt, str(paths[utt.id])) for utt in plan], jobs, progress)
+
+    cuts, failed = _split_cuts(plan, paths, results)
+    overlaps = _check_no_leaks(cuts)
+    manifests = {split: out_dir / _MANIFEST.format(split=split) for split in SPLITS}
+    for split in SPLITS:
+        save_cuts(cuts[split], manifests[split])
+
+    counts = {split: len(cuts[split]) for split in SPLITS}
+    split_hours = {split: round(sum(c.duration for c in cuts[split]) / 3600, 4) for split in SPLITS}
+    description = describe_splits(voice_split)
+    atomic_write_text(out_dir / "SPLITS.txt", description)
+    atomic_write_text(out_dir / _LM_TEXT, "\n".join(lm_training_text(sentences, hours, seed)) + "\n")
+    settings = dict(size=size, hours=hours, seed=seed, non_free=non_free, voices=voices, max_utts=max_utts)
+    info = _corpus_info(settings, texts is not None, sentences, sources, voice_split, unavailable, description)
+    info["splits"].update(
+        overlaps=overlaps, **{split: {"utterances": counts[split], "hours": split_hours[split]} for split in SPLITS}
+    )
+    info["failed"] = failed
     atomic_write_text(out_dir / "corpus.json", json.dumps(info, indent=2) + "\n")
 
     planned = set(paths.values())
