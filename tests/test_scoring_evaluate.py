@@ -77,8 +77,8 @@ def test_evaluate_in_python_takes_decoding_options_or_keywords(eval_cuts, tmp_pa
     assert (tmp_path / "a" / "hyp.jsonl").read_text() == (tmp_path / "b" / "hyp.jsonl").read_text()
     assert by_options.total().errors == by_keywords.total().errors == 3 and speed.utterances == 8
     assert "- decoding: `mode=ctc_greedy`" in (tmp_path / "a" / "results.md").read_text(encoding="utf-8")
-    with pytest.raises(TypeError, match=r"^evaluate\(\) got an unexpected keyword argument 'beam_size'$"):
-        evaluate(model_dir, cuts, tmp_path / "c", beam_size=4, **common)
+    with pytest.raises(TypeError, match=r"^evaluate\(\) got an unexpected keyword argument 'best_of'$"):
+        evaluate(model_dir, cuts, tmp_path / "c", best_of=4, **common)
     assert not (tmp_path / "c").exists()
 
 
