@@ -164,7 +164,7 @@ def release_run_dirs() -> None:
 @functools.cache
 def stop_checkpoint_class() -> type:
     """The :class:`StopCheckpoint` callback class, defined on first use (registering ``train`` must not import
-    Lightning)."""
+    Lightning); ``srupp_asr.train.StopCheckpoint`` names it (:func:`__getattr__`)."""
     from lightning.pytorch import Callback
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -261,12 +261,14 @@ def stop_checkpoint_class() -> type:
             checkpoint.last_model_path = path
             _stop_saved.update(path=path, step=trainer.global_step)
 
+    StopCheckpoint.__qualname__ = "StopCheckpoint"  # found by its name in this module (pickle, class_path)
     return StopCheckpoint
 
 
 @functools.cache
 def asr_lightning_cli() -> type[LightningCLI]:
-    """The ``ASRLightningCLI`` class, defined on first use: registering ``train`` must not import Lightning."""
+    """The ``ASRLightningCLI`` class, defined on first use: registering ``train`` must not import Lightning;
+    ``srupp_asr.train.ASRLightningCLI`` names it (:func:`__getattr__`)."""
     from lightning.pytorch import Trainer
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -334,7 +336,19 @@ def asr_lightning_cli() -> type[LightningCLI]:
                 check_ckpt_path(self.config[subcommand].get("ckpt_path"))
             super()._parse_ckpt_path()
 
+    ASRLightningCLI.__qualname__ = "ASRLightningCLI"
     return ASRLightningCLI
+
+
+# The classes that need Lightning, by name (``from srupp_asr.train import StopCheckpoint``), defined when first asked
+_LIGHTNING_CLASSES = {"StopCheckpoint": stop_checkpoint_class, "ASRLightningCLI": asr_lightning_cli}
+
+
+def __getattr__(name: str) -> Any:
+    """``StopCheckpoint`` and ``ASRLightningCLI`` as attributes of this module (PEP 562), built on first use."""
+    if name in _LIGHTNING_CLASSES:
+        return _LIGHTNING_CLASSES[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_output_dir(default_root_dir: str | os.PathLike[str] | None) -> None:

@@ -591,3 +591,19 @@ def test_trusted_modules_and_the_environment_extension(monkeypatch):
         check_trusted_classes({"a": {"b": [{}, {"class_path": "lightningx.Evil"}]}}, "c.yaml")
     monkeypatch.setenv(TRUSTED_CLASSES_ENV, "mine, other.pkg")
     check_trusted_classes({"a": {"class_path": "other.pkg.Thing"}, "b": {"class_path": "mine.X"}}, "c.yaml")
+
+
+def test_the_lightning_classes_are_importable_by_name_and_importing_train_needs_no_lightning():
+    import subprocess
+    import sys
+
+    code = (
+        "import pickle, sys; import srupp_asr.train as t; assert 'lightning' not in sys.modules; "
+        "from srupp_asr.train import ASRLightningCLI, StopCheckpoint; "
+        "from lightning.pytorch import Callback; from lightning.pytorch.cli import LightningCLI; "
+        "assert issubclass(StopCheckpoint, Callback) and issubclass(ASRLightningCLI, LightningCLI); "
+        "assert pickle.loads(pickle.dumps(StopCheckpoint)) is StopCheckpoint is t.stop_checkpoint_class(); "
+        "print(StopCheckpoint.__module__, StopCheckpoint.__qualname__, ASRLightningCLI.__qualname__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["srupp_asr.train", "StopCheckpoint", "ASRLightningCLI"]
