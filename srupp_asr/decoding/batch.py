@@ -241,7 +241,8 @@ class BatchDecoder:
             model_seconds = time.perf_counter() - start
             total = sum(result.num_samples for result in decoded) or 1
             for result, hyp, wav in zip(decoded, hyps, wavs, strict=True):
-                result.text, result.words = hyp.text, self.timed_words(hyp, wav)
+                if wav.any():  # digital silence (every sample zero) holds no words: what a model hears is made up
+                    result.text, result.words = hyp.text, self.timed_words(hyp, wav)
                 result.chunks = [(0.0, result.num_samples / self.rate)]
                 result.decode_seconds = model_seconds * result.num_samples / total
             spent = time.perf_counter() - begin
@@ -305,8 +306,9 @@ class BatchDecoder:
                 end = max(end, chunk.start + wav.numel())
                 words.append([])
                 texts.append("")
-                if any(a <= chunk.start and chunk.end <= b for a, b in silences):
-                    # A piece the VAD found silent holds no words: decoded, a model can only make some up.
+                if any(a <= chunk.start and chunk.end <= b for a, b in silences) or not wav.any():
+                    # A piece the VAD found silent, or digital silence (every sample zero), holds no words: decoded,
+                    # a model can only make some up.
                     progress((chunk.end - chunk.start) / self.rate)
                     continue
                 longest = max([wav.numel()] + [w.numel() for _, _, w in pending])
