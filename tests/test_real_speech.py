@@ -23,6 +23,8 @@ BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 ROOT = BENCH.parent
 RUN = ROOT / "recipes" / "synth_en" / "run.sh"
 REAL_DEV = ROOT.parent / "shared" / "data" / "real_en"
+# The real dev sets the recipe scores (recipes/synth_en/run.sh real_sets), as real_speech.py's REAL_SETS.
+REAL_SETS = ("ljspeech32", "pocketsphinx_testdata", "vctk_dev", "arctic_cathy", "arctic_axb", "fsdd", "speech_commands")
 needs_real = pytest.mark.skipif(
     not REAL_DEV.is_dir(), reason=f"no real speech at {REAL_DEV} (a clone without ../shared)"
 )
@@ -140,7 +142,7 @@ def test_without_the_real_data_the_benchmark_says_so_and_exits_0(rs, tmp_path, m
 
 def _mini_real_en(folder: Path, rows_per_set: int = 1) -> Path:
     """A real_en folder with the first rows of each real set (absolute audio paths into ../shared)."""
-    for name in ("ljspeech32", "pocketsphinx_testdata", "fsdd", "speech_commands"):
+    for name in REAL_SETS:
         lines = (REAL_DEV / name / "manifest.tsv").read_text().splitlines()
         header, rows = lines[0], [r for r in lines[1:] if r.split("\t")[4] == "dev"][:rows_per_set]
         rows = [f"{REAL_DEV / name / r.split(chr(9), 1)[0]}\t{r.split(chr(9), 1)[1]}" for r in rows]
@@ -169,7 +171,7 @@ def test_the_synth_en_recipe_scores_the_real_dev_sets_beside_the_synthetic_ones(
     mini = _mini_real_en(tmp_path / "real_en")
     ps = "true" if importlib.util.find_spec("pocketsphinx") else "false"
     run("--stage", "6", "--stop-stage", "7", "--decodings", "ctc_greedy", "--pocketsphinx", ps, "--real-dev", str(mini))
-    real = ["real_ljspeech32", "real_pocketsphinx_testdata", "real_fsdd", "real_speech_commands"]
+    real = [f"real_{name}" for name in REAL_SETS]
     for name in real:
         assert load_cuts(data / "real_en" / name.removeprefix("real_") / "dev_cuts.jsonl.gz")  # imported by the table
         results = json.loads((exp / "decode_ctc_greedy" / name / "results.json").read_text())
@@ -300,6 +302,8 @@ def test_each_ablation_row_trains_a_fixed_number_of_steps_with_one_change(rs, tm
     rows = {row.name: row for row in rs.ABLATION_ROWS}
     assert len(rows) == len(rs.ABLATION_ROWS) and set(rs.DEFAULT_ROWS) <= set(rows)
     assert rows["real+synth"].args == () and all(row.mix in rs.MIXES for row in rows.values())
+    recipe_sets = re.search(r'^real_sets="([^"]*)"', RUN.read_text(), re.M).group(1).split()
+    assert rs.REAL_SETS == REAL_SETS == tuple(recipe_sets)  # the benchmark and the recipe score the same sets
     base = tmp_path / "base"
     commands = {}
     for name, row in rows.items():

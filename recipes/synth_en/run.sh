@@ -59,7 +59,7 @@ lm_args=""
 lm_weight=0.3
 test_sets="test_seen test_unseen"
 real_dev=""  # ../shared/data/real_en when present (walkthrough: none)
-real_sets="ljspeech32 pocketsphinx_testdata fsdd speech_commands"
+real_sets="ljspeech32 pocketsphinx_testdata vctk_dev arctic_cathy arctic_axb fsdd speech_commands"
 
 options=(  # option kind (see parse_options in recipes/common/stages.sh)
   --stage stage --stop-stage stage --size "walkthrough|tiny|small|large" --hours positive --seed whole --nj count
