@@ -6,6 +6,7 @@ a clean skip without the real data. Runs on a few real files of ../shared/data/r
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.util
 import json
 import os
@@ -195,18 +196,22 @@ def test_the_synth_en_recipe_scores_the_real_dev_sets_beside_the_synthetic_ones(
     assert "no real speech (--real-dev" in log and "scoring the synthetic sets only" in log
 
 
-def test_the_ablation_mixes_hold_every_real_cut_and_an_equal_share_of_synthetic_audio(rs, tmp_path):
+def _tone_corpus(root: Path, name: str, count: int, seconds: float) -> Path:
+    """A manifest of ``count`` tones of ``seconds`` each, transcribed "word", imported from a table in ``root/name``."""
     from srupp_asr.prepare import import_table, save_splits
     from tests.helpers import write_tone
 
-    def corpus(name: str, count: int, seconds: float) -> Path:
-        folder = tmp_path / name
-        folder.mkdir()
-        for k in range(count):
-            write_tone(folder / f"{name}{k}.wav", seconds)
-        (folder / "t.tsv").write_text("path\ttext\n" + "".join(f"{name}{k}.wav\tword\n" for k in range(count)))
-        (path,) = save_splits(import_table(folder / "t.tsv"), folder)
-        return path
+    folder = root / name
+    folder.mkdir()
+    for k in range(count):
+        write_tone(folder / f"{name}{k}.wav", seconds)
+    (folder / "t.tsv").write_text("path\ttext\n" + "".join(f"{name}{k}.wav\tword\n" for k in range(count)))
+    (path,) = save_splits(import_table(folder / "t.tsv"), folder)
+    return path
+
+
+def test_the_ablation_mixes_hold_every_real_cut_and_an_equal_share_of_synthetic_audio(rs, tmp_path):
+    corpus = functools.partial(_tone_corpus, tmp_path)
 
     words, digits, synth = corpus("words", 6, 1.0), corpus("digits", 3, 0.5), corpus("synth", 2, 1.5)
     real = load_cuts(rs.training_mix("real", [words, digits], None, tmp_path / "real.jsonl.gz"))
@@ -351,17 +356,7 @@ def test_training_transcripts_are_the_spoken_words_and_unsayable_machine_ones_ar
 
 
 def test_the_read_mix_gives_half_its_audio_to_read_sentences_and_keeps_the_rest(rs, tmp_path):
-    from srupp_asr.prepare import import_table, save_splits
-    from tests.helpers import write_tone
-
-    def corpus(name: str, count: int, seconds: float) -> Path:
-        folder = tmp_path / name
-        folder.mkdir()
-        for k in range(count):
-            write_tone(folder / f"{name}{k}.wav", seconds)
-        (folder / "t.tsv").write_text("path\ttext\n" + "".join(f"{name}{k}.wav\tword\n" for k in range(count)))
-        (path,) = save_splits(import_table(folder / "t.tsv"), folder)
-        return path
+    corpus = functools.partial(_tone_corpus, tmp_path)
 
     words, synth = corpus("words", 6, 1.0), corpus("synth", 2, 1.5)
     read_a, read_b = corpus("reada", 2, 1.5), corpus("readb", 1, 1.0)
