@@ -103,6 +103,15 @@ def check_srupp_asr(words: list[str]) -> list[str]:
         return [f"srupp-asr: no command {command!r}"]
     if command == "train":
         return check_train(words[1:])
+    if command == "sclite":  # NIST sclite's own single-dash command line, parsed by its own reader
+        from srupp_asr.errors import UserError
+        from srupp_asr.scoring.sclite import parse_args
+
+        try:
+            parse_args(words[1:])
+        except UserError as err:
+            return [f"srupp-asr sclite: {err}"]
+        return []
     parser = subparsers_of(build_parser(command))[command]
     rest = words[1:]
     while (subs := subparsers_of(parser)) and rest and not rest[0].startswith("-"):
