@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -220,13 +221,23 @@ def test_a_full_disk_in_the_middle_of_a_set_of_formats_changes_no_file_of_the_se
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {f"talk.{f}": f"previous {f}\n" for f in FORMATS}
 
 
+def _empty_model(tmp_path: Path) -> Path:
+    """A model directory that exists but holds nothing: found by the early checks, refused only by loading."""
+    folder = tmp_path / "empty_model"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 def test_an_output_folder_that_cannot_be_written_is_refused_before_the_model_loads(tmp_path):
+    import numpy as np
+    import soundfile as sf
+
     from srupp_asr.transcribe import transcribe
 
     folder = tmp_path / "read_only"
     folder.mkdir()
     audio = tmp_path / "a.wav"
-    audio.write_bytes(b"RIFF")
+    sf.write(audio, np.zeros(1600, dtype=np.float32), 16000)  # audio that probes well: the folder is what is wrong
     # A folder mode 555 does not stop root: as root the folder is made immutable instead (chattr +i).
     folder.chmod(0o555)
     root = os.geteuid() == 0
@@ -234,7 +245,8 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_the_model_loa
         pytest.skip("as root, needs chattr +i to make a folder that cannot be written")
     try:
         with pytest.raises(UserError) as caught:
-            transcribe(audio, model=str(tmp_path / "no_model"), output_dir=folder)  # the model is never looked for
+            # an empty folder as the model: loading it would fail, so the folder's refusal comes before any load
+            transcribe(audio, model=str(_empty_model(tmp_path)), output_dir=folder)
     finally:
         if root:
             subprocess.run(["chattr", "-i", str(folder)], check=True)
@@ -317,7 +329,7 @@ def test_a_second_transcribe_into_an_output_folder_in_use_is_refused_in_one_line
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(UserError) as err:
-            transcribe([tmp_path / "a.wav"], "no-model-is-loaded-first", output_dir=out)
+            transcribe([tmp_path / "a.wav"], _empty_model(tmp_path), output_dir=out)  # refused before it loads
         assert str(err.value) == (
             f"{out}: another `srupp-asr transcribe` is writing to this folder; wait for it to finish or give this run"
             " its own --output-dir"
