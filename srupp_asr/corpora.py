@@ -420,5 +420,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     t.add_argument("transcripts", metavar="TRANSCRIPT_DIR", help="srupp-asr transcribe -f json output")
     t.add_argument("--out-dir", required=True, help="where the report files go")
     t.add_argument("--name", help="dataset name in the report (default: from the manifest's name)")
+    t.add_argument(
+        "--stm",
+        metavar="STM_DIR",
+        help="also score the official way: the transcripts' words as OUT_DIR/hyp.ctm, the folder's *.stm files as "
+        "OUT_DIR/ref.stm, scored by srupp-asr sclite into OUT_DIR/sclite.sys/.raw/.pra",
+    )
     t.set_defaults(func=score_talks_command)
     return p

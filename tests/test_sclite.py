@@ -336,19 +336,26 @@ def test_same_alignments_as_installed_sclite_on_own_ctm_input_under_T(tmp_path: 
 
 
 def test_tedlium_stage_scores_talk_ctm_against_stm(tmp_path: Path) -> None:
-    """recipes/tedlium3 stage 9: transcribe's JSON -> CTM (write_ctm) scored against an STM by sclite."""
+    """recipes/tedlium3 stage 9 (``corpus score-talks --stm``): transcribe's JSON -> CTM, the STM folder's files
+    (comments dropped, sorted) -> one reference, scored by sclite into sclite.sys/.raw/.pra."""
     import json
 
-    from srupp_asr.scoring.talks import write_ctm
+    from srupp_asr.scoring.talks import sclite_talks
 
     words = [{"word": w, "start": s, "end": s + 0.3} for w, s in (("hello", 1.0), ("word", 1.5), ("noise", 4.0))]
     (tmp_path / "talks").mkdir()
     (tmp_path / "talks" / "TalkA.json").write_text(json.dumps({"segments": [{"words": words}]}))
-    write_ctm(tmp_path / "talks", tmp_path / "hyp.ctm")
-    (tmp_path / "ref.stm").write_text(
-        "TalkA 1 TalkA 0.5 2.5 <o,f0,male> hello world\nTalkA 1 inter_segment_gap 3.5 5.0 <o,,unknown> "
-        "ignore_time_segment_in_scoring\n"
+    (tmp_path / "stm").mkdir()
+    (tmp_path / "stm" / "TalkA.stm").write_text(
+        ";; a comment line\nTalkA 1 inter_segment_gap 3.5 5.0 <o,,unknown> ignore_time_segment_in_scoring\n"
+        "TalkA 1 TalkA 0.5 2.5 <o,f0,male> hello world\n"
     )
-    opts = sclite.parse_args(["-r", str(tmp_path / "ref.stm"), "stm", "-h", str(tmp_path / "hyp.ctm"), "ctm"])
+    out = tmp_path / "out"
+    out.mkdir()
+    sys_file = sclite_talks(tmp_path / "talks", tmp_path / "stm", out)
+    assert (out / "ref.stm").read_text().splitlines()[0].startswith("TalkA 1 TalkA 0.5")  # sorted, no comment
+    assert (out / "hyp.ctm").read_text().split("\n")[0].split()[-1] == "hello"
+    assert sys_file == out / "sclite.sys" and sys_file.is_file() and (out / "sclite.pra").is_file()
+    opts = sclite.parse_args(["-r", str(out / "ref.stm"), "stm", "-h", str(out / "hyp.ctm"), "ctm"])
     utts = sclite.sclite(opts)
     assert [(u.utt_id, u.alignment.ops) for u in utts] == [("talka-000", "CS")]

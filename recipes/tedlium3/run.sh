@@ -38,7 +38,8 @@
 #   9  long-form test: each talk of --longform-sets transcribed whole from its SPHERE file (srupp-asr transcribe;
 #      talks longer than --longform-max-seconds, default 1800, are decoded in overlapping chunks) and scored
 #      against its STM (srupp-asr corpus score-talks: the words said in ignore_time_segment_in_scoring stretches
-#      are left out, as sclite does) into $exp/decode_longform_<mode>/<set>_talks
+#      are left out, as sclite does) into $exp/decode_longform_<mode>/<set>_talks; and the official way: the words
+#      as a CTM scored by srupp-asr sclite against the talks' STM files (sclite.sys/.raw/.pra there)
 #   10 the summary table $exp/RESULTS.md
 # --config defaults to conf/train_<encoder>.yaml (the mid-size models, about 30 M parameters).
 # Without the sph2pipe program, lhotse reads the SPHERE files with libsndfile (LHOTSE_AUDIO_BACKEND), which
@@ -131,13 +132,9 @@ if runs 9; then
       decode_options "$mode"
       srupp transcribe "$corpus_dir/legacy/$set/sph/"*.sph --model "$exp/model" "${decode_args[@]}" \
         --device "$device" --max-chunk-seconds "$longform_max_seconds" -f json -o "$out/transcripts" -q
+      # and the official way (--stm): the words as a CTM, scored by sclite against the corpus' STM files
       srupp corpus score-talks "$manifests/${set}_talks_cuts.jsonl.gz" "$out/transcripts" --out-dir "$out" \
-        --name "${set}_talks"
-      # The official way: sclite's time-mediated scoring of a CTM against the corpus' STM files.
-      "$py" -c 'import sys; from srupp_asr.scoring.talks import write_ctm; write_ctm(sys.argv[1], sys.argv[2])' \
-        "$out/transcripts" "$out/hyp.ctm"
-      cat "$corpus_dir/legacy/$set/stm/"*.stm | grep -v '^;;' | sort -k1,1 -k2,2 -k4,4n > "$out/ref.stm"
-      srupp sclite -r "$out/ref.stm" stm -h "$out/hyp.ctm" ctm -o sum rsum pralign -O "$out" -n sclite -f 0
+        --name "${set}_talks" --stm "$corpus_dir/legacy/$set/stm"
       mkdir -p "$out" && touch "$out/.scored"
       log 9 "wrote $out (whole-talk transcripts in transcripts/, results.md, results.json, report.html; sclite.sys/.raw/.pra)"
     done

@@ -135,6 +135,8 @@ def score_talks_command(args: argparse.Namespace) -> int:
     name = args.name or Path(args.talks).name.split(".")[0]
     missing: list[str] = []
     result = score_talks(args.talks, args.transcripts, args.out_dir, name, missing=missing)
+    if getattr(args, "stm", None):  # the official way: sclite, the words as a CTM against the corpus STM files
+        sclite_talks(args.transcripts, args.stm, args.out_dir)
     if missing:  # loud, not a quiet warning: a recipe must not take this WER for the model's
         talks = len(result.utterances)
         print(
@@ -158,6 +160,33 @@ def ctm_lines(transcript: dict, recording: str, channel: str = "1") -> list[str]
             for token in word["word"].split():
                 out.append(f"{recording} {channel} {word['start']:.2f} {word['end'] - word['start']:.2f} {token}\n")
     return out
+
+
+def sclite_talks(transcripts: str | os.PathLike, stm_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Score whole-talk transcripts as TED-LIUM is officially scored: their words as ``out_dir/hyp.ctm``, the
+    ``*.stm`` files of ``stm_dir`` (comment lines dropped, sorted by recording, channel and start) as
+    ``out_dir/ref.stm``, and ``srupp-asr sclite`` over the pair into ``out_dir/sclite.sys``, ``.raw`` and ``.pra``;
+    returns the ``.sys`` file."""
+    from srupp_asr.scoring import sclite
+
+    out = Path(out_dir)
+    stms = sorted(Path(stm_dir).glob("*.stm"))
+    if not stms:
+        raise UserError(f"{stm_dir}: no *.stm files")
+    rows = [line for f in stms for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [line for line in rows if not line.startswith(";;")]
+
+    def key(line: str) -> tuple[str, str, float]:
+        fields = line.split()
+        return fields[0], fields[1], float(fields[3])
+
+    atomic_write_text(out / "ref.stm", "".join(f"{line}\n" for line in sorted(rows, key=key)))
+    write_ctm(transcripts, out / "hyp.ctm")
+    argv = ["-r", str(out / "ref.stm"), "stm", "-h", str(out / "hyp.ctm"), "ctm"]
+    argv += ["-o", "sum", "rsum", "pralign", "-O", str(out), "-n", "sclite", "-f", "0"]
+    if sclite.main(argv) != 0:
+        raise UserError(f"{out}: sclite scoring of the talks failed")
+    return out / "sclite.sys"
 
 
 def write_ctm(transcripts: str | os.PathLike, out: str | os.PathLike, channel: str = "1") -> Path:
