@@ -237,12 +237,14 @@ class BatchDecoder:
         decoded = [result for result in results if result.error is None]
         if wavs:
             start = time.perf_counter()
-            hyps = self.decode(wavs)
+            # Digital silence (every sample zero) holds no words: not decoded, as what a model hears in it is made up.
+            sounding = [k for k, wav in enumerate(wavs) if wav.any()]
+            hyps = dict(zip(sounding, self.decode([wavs[k] for k in sounding]), strict=True)) if sounding else {}
             model_seconds = time.perf_counter() - start
             total = sum(result.num_samples for result in decoded) or 1
-            for result, hyp, wav in zip(decoded, hyps, wavs, strict=True):
-                if wav.any():  # digital silence (every sample zero) holds no words: what a model hears is made up
-                    result.text, result.words = hyp.text, self.timed_words(hyp, wav)
+            for k, (result, wav) in enumerate(zip(decoded, wavs, strict=True)):
+                if k in hyps:
+                    result.text, result.words = hyps[k].text, self.timed_words(hyps[k], wav)
                 result.chunks = [(0.0, result.num_samples / self.rate)]
                 result.decode_seconds = model_seconds * result.num_samples / total
             spent = time.perf_counter() - begin
