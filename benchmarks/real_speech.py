@@ -143,7 +143,7 @@ def score_model(
 ) -> tuple[float, float]:
     """(WER %, real-time factor) of ``model`` on ``cuts`` with ``srupp-asr evaluate`` (report in ``out_dir``; a
     report there newer than the model and the cuts, of the same decoding, is reused)."""
-    from srupp_asr.decoding.cli import DEFAULT_DECODING
+    from srupp_asr.decoding.settings import DEFAULT_DECODING
     from srupp_asr.scoring.evaluate import evaluate
 
     decoding = decoding or DEFAULT_DECODING
@@ -678,7 +678,7 @@ def main() -> int:
     rows = [row.name for row in ABLATION_ROWS]
     p.add_argument("--rows", nargs="+", choices=rows, default=list(DEFAULT_ROWS), help="--ablation: rows to run")
     args = p.parse_args()
-    from srupp_asr.decoding.cli import DEFAULT_DECODING
+    from srupp_asr.decoding.settings import DEFAULT_DECODING
     from srupp_asr.errors import UserError
     from srupp_asr.inputs import default_model_dir
 

@@ -441,7 +441,7 @@ def lm_writer(
     """Check the LM of ``lm_dir`` (loads, same tokenizer as ``tokenizer_path``'s) and return a function that writes
     it as an LM directory at a given path in ``dtype`` with the fusion weight ``weight`` (None: the LM's own recorded
     weight, else ``DEFAULT_LM_WEIGHT``). Every problem is a one-line UserError naming the file."""
-    from srupp_asr.decoding.cli import DEFAULT_LM_WEIGHT
+    from srupp_asr.decoding.settings import DEFAULT_LM_WEIGHT
     from srupp_asr.lm import check_fusion_weight, check_same_tokenizer, load_lm, read_fusion_weight
     from srupp_asr.tokenizer import Tokenizer
 

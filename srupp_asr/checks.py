@@ -17,6 +17,10 @@ from contextlib import contextmanager
 from typing import Any
 
 MAX_SIZE = 1 << 20  # a layer width or count above this is a typo (it would overflow or exhaust memory)
+# The largest LM (fusion) weight taken. Scores are float32: a weight finite in float64 but not float32 (1e300), or
+# one whose product with a log-probability overflows float32 (3.4e38), makes every score -inf and every transcript
+# empty; weights past 1,000 already leave the acoustic model no say (ESPnet's recipes use 0.1-1).
+MAX_LM_WEIGHT = 1000.0
 
 
 class ConfigValueError(ValueError):
@@ -112,3 +116,17 @@ def config_options(block: str = "", names: Mapping[str, str] | None = None) -> I
     except ConfigValueError as err:
         option = (names or {}).get(err.option, err.option)
         raise ConfigValueError(f"{block}.{option}" if block else option, err.problem) from None
+
+
+def is_real_number(value: object) -> bool:
+    """An int or a float, not a bool (which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def lm_weight_problem(value: object) -> str | None:
+    """What is wrong with ``value`` as an LM (fusion) weight, or None: it must be a number in [0,
+    :data:`MAX_LM_WEIGHT`] (so finite in float32, and its products with log-probabilities too). Here, below both
+    the LM (which records its weight) and the decoding options (which take one)."""
+    if is_real_number(value) and 0 <= value <= MAX_LM_WEIGHT:
+        return None
+    return f"must be a number in [0, {MAX_LM_WEIGHT:g}], got {value!r}"

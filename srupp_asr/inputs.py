@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import MAX_LIST_BYTES, read_lines
@@ -43,7 +44,16 @@ def default_model_dir() -> Path:
     )
 
 
-def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
+class FoundInputs(NamedTuple):
+    """What :func:`find_inputs` found: the audio files, and one-line problems for inputs that name none. Given to
+    :func:`srupp_asr.transcribe` as its inputs, it is used as it is (the command line looks once, to choose how to
+    print, and transcribes what it saw)."""
+
+    files: list[str]
+    problems: list[str]
+
+
+def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> FoundInputs:
     """The audio files named by ``inputs``, in a fixed order, and one-line problems for inputs that name none
     (a directory without audio, a ``@LIST`` that cannot be read: the other inputs still count).
 
@@ -74,7 +84,7 @@ def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], li
                 add(path)
         else:
             add(entry)  # a missing or unreadable file is reported when it is opened
-    return files, problems
+    return FoundInputs(files, problems)
 
 
 def _expand_lists(inputs: Sequence[str | os.PathLike[str]], problems: list[str]) -> Iterator[str]:

@@ -32,8 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from srupp_asr.checks import check_size
-from srupp_asr.decoding.options import lm_weight_problem
+from srupp_asr.checks import check_size, lm_weight_problem
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import read_yaml_mapping
 from srupp_asr.model_dir import (
@@ -167,7 +166,7 @@ def save_lm(
 
 
 def check_fusion_weight(value: Any, what: str) -> float:
-    """``value`` as a fusion weight (:func:`~srupp_asr.decoding.options.lm_weight_problem`); a one-line UserError
+    """``value`` as a fusion weight (:func:`~srupp_asr.checks.lm_weight_problem`); a one-line UserError
     starting with ``what`` if not."""
     problem = lm_weight_problem(value)
     if problem:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, check_compute_type
-from srupp_asr.decoding.cli import DEFAULT_LM_WEIGHT, check_lm_flags
+from srupp_asr.decoding.settings import DEFAULT_LM_WEIGHT, check_lm_flags
 from srupp_asr.errors import UserError
 
 if TYPE_CHECKING:

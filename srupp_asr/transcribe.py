@@ -20,7 +20,7 @@ finds and probes the inputs, makes the transcripts and writes them. A file that 
 audio, truncated) is reported through ``on_error`` with a one-line reason and the others are still transcribed.
 Module-level imports stay light (no torch), so ``srupp-asr transcribe --help`` starts fast and ``srupp_asr`` can
 export :func:`transcribe`. The inputs are found by :mod:`srupp_asr.inputs`; the decoding settings and their
-arguments are :mod:`srupp_asr.decoding.cli`'s; the model, its LM and its device are :mod:`srupp_asr.loading`'s.
+arguments are :mod:`srupp_asr.decoding.settings`'s; the model, its LM and its device are :mod:`srupp_asr.loading`'s.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument
 from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording
-from srupp_asr.decoding.cli import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
+from srupp_asr.decoding.settings import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
 from srupp_asr.errors import DECODING_MEMORY_REMEDY, UserError, first_line, is_out_of_memory, out_of_memory_line
-from srupp_asr.inputs import default_model_candidates, find_inputs
+from srupp_asr.inputs import FoundInputs, default_model_candidates, find_inputs
 from srupp_asr.loading import LoadedModel, compute_device, model_dir_named
 from srupp_asr.writers import (
     FORMATS,
@@ -126,8 +126,9 @@ def transcribe(
     on_warning: Callable[[str], None] | None = None,
     **decode_options: Any,
 ) -> list[Transcript]:
-    """Transcribe audio files (or directories, or ``@LIST`` files) with a model directory (default: the built-in
-    model); returns the transcripts of the files that could be read, in input order.
+    """Transcribe audio files (or directories, or ``@LIST`` files, or what :func:`~srupp_asr.inputs.find_inputs`
+    found in them) with a model directory (default: the built-in model); returns the transcripts of the files that
+    could be read, in input order.
 
     ``inputs`` may instead be samples in memory: a numpy array or torch tensor ((samples,) or (channels, samples))
     or a list of them, at ``sample_rate`` Hz; their transcripts' ``path`` is ``samples-1``, ``samples-2``, ...
@@ -164,7 +165,7 @@ def transcribe(
     if not isinstance(model, LoadedModel):  # what loading would refuse, before any input is read
         compute_device(compute_type, device)
         model_dir_named(model)
-    given = samples_readers(inputs, sample_rate)  # None: inputs are paths
+    given = samples_readers(inputs, sample_rate)  # None: inputs are paths (or FoundInputs)
     if given is None and isinstance(inputs, str | os.PathLike):
         inputs = [inputs]
 
@@ -174,7 +175,10 @@ def transcribe(
         on_error(message)
 
     readers = given[0] if given is not None else []
-    files, problems = ([r.path for r in readers], given[1]) if given is not None else find_inputs(inputs)
+    if given is not None:
+        files, problems = [r.path for r in readers], given[1]
+    else:
+        files, problems = inputs if isinstance(inputs, FoundInputs) else find_inputs(inputs)
     for message in problems:
         report(message)
     if not files:
@@ -355,11 +359,12 @@ def transcribe_command(args: argparse.Namespace) -> int:
     if not inputs:
         raise UserError("no audio given (files, directories, @LIST or --list LIST)")
     formats = parse_formats(args.output_format)
+    found = find_inputs(inputs)  # once: how to print depends on how many files there are
     on_transcript = None
     if args.output_dir is None:
         if len(formats) > 1:
             raise UserError("several output formats need --output-dir")
-        several = len(find_inputs(inputs)[0]) > 1
+        several = len(found.files) > 1
         if several and formats[0] not in ("txt", "json"):
             raise UserError(f"{formats[0]} for several files needs --output-dir (stdout takes txt or json)")
         on_transcript = _stdout_printer(formats[0], several)
@@ -375,7 +380,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
 
     begin = time.perf_counter()
     transcripts = transcribe(
-        inputs,
+        found,
         args.model,
         output_dir=args.output_dir,
         output_format=formats,

@@ -163,7 +163,7 @@ def test_decoding_options_as_an_object_or_as_keywords(loaded, utts, overfit_mode
     """``options=DecodingOptions(...)`` decodes as the same settings given as keywords (whisper's
     ``**decode_options``); keywords set fields over ``options``; the default is joint with the LM's own weight."""
     from srupp_asr.decoding import DecodingOptions
-    from srupp_asr.decoding.cli import DEFAULT_OPTIONS
+    from srupp_asr.decoding.settings import DEFAULT_OPTIONS
 
     assert (DEFAULT_OPTIONS.mode, DEFAULT_OPTIONS.lm_weight) == ("joint", None)
     wav, text = utts[0]

@@ -26,8 +26,8 @@ import torchaudio.functional as taf
 from srupp_asr.audio import load_audio
 from srupp_asr.decoding import MODES, DecodingOptions, Hypothesis, decode, decode_encoded
 from srupp_asr.decoding.alignment import align_hypothesis, token_spans
-from srupp_asr.decoding.cli import add_decoding_arguments
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
+from srupp_asr.decoding.settings import add_decoding_arguments
 from srupp_asr.errors import UserError
 from srupp_asr.loading import resolve_device
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID, ASRModel
@@ -281,7 +281,7 @@ def test_cuda_decoding_equals_cpu_decoding(batched, overfit, mode: str) -> None:
     assert [h.score for h in gpu] == pytest.approx([h.score for h in batched[mode]], rel=1e-5, abs=1e-5 * frames)
 
 
-# ------------------------------------------------------- the command line's settings (srupp_asr.decoding.cli)
+# ------------------------------------------------------- the command line's settings (srupp_asr.decoding.settings)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")

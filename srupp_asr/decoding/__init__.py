@@ -6,7 +6,7 @@ over utterances, with token and word timestamps and word confidences from a CTC 
 
 Many recordings, batched and long ones in chunks, are decoded by :mod:`srupp_asr.decoding.batch` (``transcribe``
 and ``evaluate`` share it). The options and their command-line arguments (:mod:`srupp_asr.decoding.options`,
-:mod:`srupp_asr.decoding.cli`) load without torch; the search functions are imported on first use.
+:mod:`srupp_asr.decoding.settings`) load without torch; the search functions are imported on first use.
 """
 
 from __future__ import annotations

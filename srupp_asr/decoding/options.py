@@ -6,16 +6,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from srupp_asr.checks import is_real_number, lm_weight_problem
+
 Mode = Literal["ctc_greedy", "ctc_prefix_beam", "joint", "rescoring"]
 MODES: tuple[str, ...] = ("ctc_greedy", "ctc_prefix_beam", "joint", "rescoring")
 # The widest beam taken. Decoding memory grows with the beam: ctc_prefix_beam with the built-in model's LM on 30 s of
 # audio peaks at 1.0 GiB with a beam of 10, 1.8 GiB with 128, 3.2 GiB with 256 and 10.4 GiB with 1,024
 # (benchmarks/reliability_probe.py --beam-memory; docs/reliability.md). Published recipes use 4-60.
 MAX_BEAM = 128
-# The largest LM (fusion) weight taken. Scores are float32: a weight finite in float64 but not float32 (1e300), or
-# one whose product with a log-probability overflows float32 (3.4e38), makes every score -inf and every transcript
-# empty; weights past 1,000 already leave the acoustic model no say (ESPnet's recipes use 0.1-1).
-MAX_LM_WEIGHT = 1000.0
 # The largest length penalty (either sign) per token, for the same reason: it is added to float32 scores (1e300 is
 # infinite there), and a bonus of 1,000 per token already outweighs any log-probability.
 MAX_LENGTH_PENALTY = 1000.0
@@ -58,12 +56,12 @@ class DecodingOptions:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if not isinstance(self.beam, int) or isinstance(self.beam, bool) or not 1 <= self.beam <= MAX_BEAM:
             raise ValueError(f"beam must be an integer in [1, {MAX_BEAM}] (memory grows with it), got {self.beam!r}")
-        if not _is_real(self.ctc_weight) or not 0.0 <= self.ctc_weight <= 1.0:
+        if not is_real_number(self.ctc_weight) or not 0.0 <= self.ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight must be in [0, 1], got {self.ctc_weight!r}")
-        if not _is_real(self.length_penalty) or not abs(self.length_penalty) <= MAX_LENGTH_PENALTY:
+        if not is_real_number(self.length_penalty) or not abs(self.length_penalty) <= MAX_LENGTH_PENALTY:
             limit = f"{MAX_LENGTH_PENALTY:g}"
             raise ValueError(f"length_penalty must be a number in [-{limit}, {limit}], got {self.length_penalty!r}")
-        if not _is_real(self.maxlen_ratio) or not math.isfinite(self.maxlen_ratio) or self.maxlen_ratio < 0:
+        if not is_real_number(self.maxlen_ratio) or not math.isfinite(self.maxlen_ratio) or self.maxlen_ratio < 0:
             raise ValueError(f"maxlen_ratio must be a finite number >= 0, got {self.maxlen_ratio!r}")
         if not isinstance(self.nbest, int) or isinstance(self.nbest, bool) or not 1 <= self.nbest <= self.beam:
             raise ValueError(f"nbest must be an integer in [1, beam={self.beam}], got {self.nbest!r}")
@@ -76,18 +74,6 @@ class DecodingOptions:
     def fusion_weight(self) -> float:
         """The LM weight decoding applies: ``lm_weight``, 0 when None."""
         return self.lm_weight or 0.0
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def lm_weight_problem(value: object) -> str | None:
-    """What is wrong with ``value`` as an LM (fusion) weight, or None: it must be a number in [0,
-    :data:`MAX_LM_WEIGHT`] (so finite in float32, and its products with log-probabilities too)."""
-    if _is_real(value) and 0 <= value <= MAX_LM_WEIGHT:
-        return None
-    return f"must be a number in [0, {MAX_LM_WEIGHT:g}], got {value!r}"
 
 
 @dataclass

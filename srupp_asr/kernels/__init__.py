@@ -164,8 +164,6 @@ def _cpu_build_dir(flags: list[str]) -> Path:
     build lines name the virtualenv's include paths (a second virtualenv would otherwise rebuild it)."""
     import hashlib
 
-    from torch.utils import cpp_extension
-
     sources = {path.name: path.read_bytes() for path in (CPU_SOURCE, STEP_HEADER)}
     digest = hashlib.sha256()
     for name, data in sorted(sources.items()):
@@ -173,7 +171,7 @@ def _cpu_build_dir(flags: list[str]) -> Path:
     digest.update(" ".join([*flags, torch.__version__, sys.version]).encode())
     if "-march=native" in flags:  # a build folder per kind of CPU
         digest.update(_cpu_features_digest().encode())
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root())
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or _default_build_root())
     folder = root / f"srupp_sru_cpu_py{sys.version_info[0]}{sys.version_info[1]}_{digest.hexdigest()[:16]}"
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in sources.items():
@@ -183,6 +181,19 @@ def _cpu_build_dir(flags: list[str]) -> Path:
             tmp.write_bytes(data)
             os.replace(tmp, target)  # atomic: a concurrent build sees the old copy or the new one
     return folder
+
+
+def _default_build_root() -> str:
+    """torch's default root for extension builds (``cpp_extension.get_default_build_root``), found without
+    importing ``torch.utils.cpp_extension``: that module imports setuptools (0.6 s and 25 MB at every model load),
+    and it is needed only to build, once per machine."""
+    try:
+        from torch import _appdirs
+    except ImportError:  # a torch without its private copy of appdirs: ask cpp_extension
+        from torch.utils import cpp_extension
+
+        return cpp_extension.get_default_build_root()
+    return os.path.realpath(_appdirs.user_cache_dir(appname="torch_extensions"))
 
 
 def cpu_pool_limit() -> int | None:
@@ -253,11 +264,6 @@ def cpu_extension():
     import fcntl
 
     limit = cpu_pool_limit()  # a bad value fails before the build
-    # Importing cpp_extension on a machine without the CUDA toolkit logs a warning about
-    # CUDA_HOME that does not concern this CPU-only build.
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-    from torch.utils import cpp_extension
-
     flags = _cpu_flags()
     try:
         build_dir = _cpu_build_dir(flags)
@@ -270,6 +276,11 @@ def cpu_extension():
                     log.info("building the SRU CPU extension (once; cached in %s)", build_dir)
                     (build_dir / BUILT_MARKER).unlink(missing_ok=True)
                     (build_dir / "lock").unlink(missing_ok=True)  # torch's lock, left by a killed build
+                    # Importing cpp_extension on a machine without the CUDA toolkit logs a warning about
+                    # CUDA_HOME that does not concern this CPU-only build.
+                    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+                    from torch.utils import cpp_extension
+
                     ext = cpp_extension.load(
                         name=CPU_MODULE,
                         sources=[str(build_dir / CPU_SOURCE.name)],

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument
-from srupp_asr.decoding.cli import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
+from srupp_asr.decoding.settings import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
 from srupp_asr.errors import UserError
 from srupp_asr.loading import LoadedModel
 from srupp_asr.scoring.analysis import ScoreResult, score_transcripts

@@ -10,7 +10,8 @@ import dataclasses
 import os
 from typing import Any
 
-from srupp_asr.decoding.options import MAX_BEAM, MODES, DecodingOptions, lm_weight_problem
+from srupp_asr.checks import lm_weight_problem
+from srupp_asr.decoding.options import MAX_BEAM, MODES, DecodingOptions
 from srupp_asr.errors import UserError
 
 DEFAULT_DECODING = "joint"  # the most accurate mode; long recordings are cut at pauses into pieces for it
