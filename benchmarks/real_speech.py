@@ -45,7 +45,8 @@ perturbation, stronger SpecAugment; the ``real+long+synth`` mix; and ``+read``, 
 Validation (the logs, and the checkpoints an ``average`` picks; a row's last weights are scored) is
 :func:`validation_set`: read sentences no row trains on, and some of the other dev sets. ``--base`` fine-tunes
 another model directory instead of the built-in one (its row comes first); every row is trained before any is
-scored.
+scored. On a GPU (``recipes/synth_en/local/device_run.sh start read-mix``), ``--train-args`` adds the GPU's
+training arguments after each row's own, and ``--train-only`` trains and exports the rows without scoring them.
 
     python benchmarks/real_speech.py                                  # the built-in model, every real dev set
     python benchmarks/real_speech.py --model exp/a/model exp/b/model --sets ljspeech32 fsdd
@@ -57,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -578,11 +580,16 @@ def ablation(
     rows: tuple[str, ...] = DEFAULT_ROWS,
     max_minutes: float | None = None,
     base: Path | None = None,
+    train_args: tuple[str, ...] = (),
+    score: bool = True,
 ) -> list[str]:
     """The ablation table: the built-in model (or ``base``, a model directory, which the rows then start from),
     then one fine-tuned row per name in ``rows`` (of :data:`ABLATION_ROWS`), each scored on the real dev ``sets``
     and the synthetic corpus's test sets. ``max_minutes`` caps each row's training (the table's steps column then
-    says how many it made)."""
+    says how many it made). ``train_args`` go after every row's own training arguments (a GPU's accelerator,
+    precision and batch: the last of an option wins). Without ``score`` the rows are trained and exported, not
+    decoded (on a GPU lease, whose minutes go to training: the models are scored on the CPU afterwards); the
+    table then lists each row's model directory."""
     from srupp_asr.inputs import default_model_dir
 
     wanted = tuple(dict.fromkeys([*sets, "speech_commands", "fsdd", *READ_TRAIN]))
@@ -608,8 +615,11 @@ def ablation(
         if not mix.is_file():
             training_mix(row.mix, real_train, synth_manifests / "train_cuts.jsonl.gz", mix, read_train=read_train)
         folder = f"steps{steps}_{_slug(row.name)}" + (f"_from_{base_label}" if base_label != "built-in" else "")
-        model, minutes = fine_tune(mix, valid, work / folder, steps, base, row.args, max_minutes)
+        model, minutes = fine_tune(mix, valid, work / folder, steps, base, (*row.args, *train_args), max_minutes)
         models.append((row.name, row.change, model, folder, trained_steps(work / folder)[0], minutes))
+    if not score:
+        lines = ["| row | change | steps | training min | model |", "|---|---|---|---|---|"]
+        return lines + [f"| {m[0]} | {m[1]} | {m[4]} | {m[5]:.1f} | {m[2]} |" for m in models[1:]]
     for label, change, model, folder, done, minutes in models:
         cells = []
         for set_name, cuts in scored.items():
@@ -677,6 +687,10 @@ def main() -> int:
     p.add_argument("--base", type=Path, help="--ablation: the model directory to fine-tune (default: the built-in one)")
     rows = [row.name for row in ABLATION_ROWS]
     p.add_argument("--rows", nargs="+", choices=rows, default=list(DEFAULT_ROWS), help="--ablation: rows to run")
+    p.add_argument(
+        "--train-args", default="", help="--ablation: `train fit` arguments added to every row's (e.g. a GPU's)"
+    )
+    p.add_argument("--train-only", action="store_true", help="--ablation: train and export the rows, score none")
     args = p.parse_args()
     from srupp_asr.decoding.settings import DEFAULT_DECODING
     from srupp_asr.errors import UserError
@@ -699,6 +713,8 @@ def main() -> int:
                 tuple(args.rows),
                 args.max_minutes,
                 args.base,
+                tuple(shlex.split(args.train_args)),
+                not args.train_only,
             )
         else:
             models = {"built-in": default_model_dir()} if not args.model else {_label(m): m for m in args.model}

@@ -3,7 +3,7 @@
 Fast: usage and unknown jobs are one-line errors with exit status 2, `wait` reports a job that failed (exit 1) or
 finished (exit 0, its RESULTS.md printed), `collect` copies what the job left, the job waits for a model a later
 call brings, and the script passes shellcheck. lease_tree.sh (in a clone) sizes what a call sends, and hides and
-restores the committed default model.
+restores the committed default model. pack_real_en.py packs the real speech the read-mix job trains on.
 Slow (``-m slow``, a few minutes): the default-model job end to end on the CPU on a tiny corpus, as docs/recipes.md's
 dry run: its model directory is float16 shards that ``srupp-asr transcribe`` loads.
 """
@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "recipes" / "synth_en" / "local" / "device_run.sh"
 CURRENT = ROOT / "exp" / "device_job.txt"
 LEASE_TREE = Path("recipes") / "synth_en" / "local" / "lease_tree.sh"
+PACK = ROOT / "recipes" / "synth_en" / "local" / "pack_real_en.py"
 
 
 def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -51,7 +52,7 @@ def test_usage_and_an_unknown_job_are_one_line_errors():
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "usage:" in done.stderr
     done = _run(["start", "bogus"])
     assert done.returncode == 2
-    assert done.stderr == "device_run.sh: unknown job 'bogus' (default-model or compare)\n"
+    assert done.stderr == "device_run.sh: unknown job 'bogus' (default-model, compare or read-mix)\n"
 
 
 def _sourced(code: str) -> subprocess.CompletedProcess:
@@ -175,3 +176,83 @@ def test_lease_tree_keeps_the_default_model_out_of_a_call_and_brings_it_back(tmp
     (clone / "srupp_asr" / "default_model" / "config.yaml").write_text("changed: true\n")
     changed = lease_tree("restore")
     assert changed.returncode == 1 and "differs from the last commit" in changed.stderr
+
+
+def _tiny_real_en(root: Path) -> None:
+    """Two corpus folders as real_en lays them out: a 16-kHz set (FLAC, a licence file) and an 8-kHz one."""
+    import numpy as np
+    import soundfile as sf
+
+    for name, rate, lengths in (("arctic_axb", 16000, (16000, 23456)), ("fsdd", 8000, (4000,))):
+        (root / name / "audio").mkdir(parents=True)
+        rows = ["path\tduration_s\tspeaker\ttext\tsplit"]
+        for i, n in enumerate(lengths):
+            t = np.arange(n) / rate
+            sf.write(root / name / "audio" / f"c{i}.flac", 0.3 * np.sin(2 * np.pi * 220 * t) * np.hanning(n), rate)
+            rows.append(f"audio/c{i}.flac\t{n / rate:.3f}\tspk\tWords, as written {i}.\t{'train' if i else 'dev'}")
+        (root / name / "manifest.tsv").write_text("\n".join(rows) + "\n")
+    (root / "arctic_axb" / "COPYING").write_text("the CMU ARCTIC notice\n")
+    (root / "README.md").write_text("real_en\n")
+
+
+def test_the_real_speech_pack_keeps_the_layout_lengths_and_licences_as_opus(tmp_path):
+    import soundfile as sf
+
+    source, pack = tmp_path / "real_en", tmp_path / "pack"
+    _tiny_real_en(source)
+    run = [sys.executable, str(PACK), str(source), str(pack), "--sets", "arctic_axb", "fsdd", "--jobs", "1"]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (pack / "arctic_axb" / "COPYING").read_text() == "the CMU ARCTIC notice\n"
+    assert (pack / "README.md").is_file() and "MiB (Opus" in (pack / "PACKED").read_text()
+    for name in ("arctic_axb", "fsdd"):
+        before = (source / name / "manifest.tsv").read_text().splitlines()
+        after = (pack / name / "manifest.tsv").read_text().splitlines()
+        assert after == [line.replace(".flac", ".opus") for line in before]  # texts, splits, durations as they were
+        for line in after[1:]:
+            path = line.split("\t")[0]
+            with (
+                sf.SoundFile(pack / name / path) as packed,
+                sf.SoundFile(source / name / path.replace(".opus", ".flac")) as original,
+            ):
+                assert (packed.format, packed.subtype) == ("OGG", "OPUS")
+                assert (packed.samplerate, packed.frames) == (original.samplerate, original.frames)
+    stamp = (pack / "PACKED").stat().st_mtime_ns
+    again = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and (pack / "PACKED").stat().st_mtime_ns == stamp  # a complete pack is reused
+    over = subprocess.run(
+        [*run[:3], str(tmp_path / "small"), "--sets", "fsdd", "--max-mib", "0.0001"], capture_output=True, text=True
+    )
+    assert over.returncode == 1 and "over --max-mib 0.0001: raise --level" in over.stderr
+    assert not (tmp_path / "small" / "PACKED").exists()
+    absent = subprocess.run([*run[:2], str(tmp_path / "nowhere"), str(pack)], capture_output=True, text=True)
+    assert absent.returncode == 2 and absent.stderr.startswith(f"pack_real_en: {tmp_path / 'nowhere'}: no such folder")
+
+
+def test_the_read_mix_job_trains_on_the_pack_with_the_gpu_arguments_and_averages_three(tmp_path):
+    """job_read_mix with its commands stubbed (the real ones are tested where they live): it synthesises the
+    corpus, waits for the pack and the model a later call brings, trains the +read row with the GPU's arguments
+    after the CPU's, and averages the row's 3 best checkpoints into a float16 model with the model's LM."""
+    log, real, init, exp = tmp_path / "calls.log", tmp_path / "pack", tmp_path / "init", tmp_path / "exp"
+    stub = tmp_path / "python"
+    stub.write_text(f'#!/bin/bash\necho "python $*" >> {log}\nmkdir -p {exp}/ablation/steps1000000_read_from_init\n')
+    stub.chmod(0o755)
+    code = f"""
+setup() {{ :; }}
+srupp-asr() {{ echo "srupp-asr $*" >> {log}; if [ "$1" = average ]; then mkdir -p {exp}/model; fi; }}
+( sleep 1; mkdir -p {real} {init}; touch {real}/PACKED {init}/config.yaml ) &
+py={stub} device=cuda EXP={exp} REAL={real} INIT={init} DATA={tmp_path}/data job_read_mix 7
+"""
+    done = _sourced(code)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"waiting for {real}/PACKED" in done.stdout and f"{init}/config.yaml is here" in done.stdout
+    synth, train, average = log.read_text().splitlines()
+    assert synth.startswith(f"srupp-asr synth-corpus {tmp_path}/data --hours 30 --max-utts 814 --jobs")
+    assert train.startswith("python benchmarks/real_speech.py --ablation --train-only --rows +read")
+    for given in (f"--real-dev {real}", f"--base {init}", "--max-minutes 7", f"--exp {exp} "):
+        assert given in train
+    assert train.split("--train-args ", 1)[1].startswith("--trainer.accelerator gpu --trainer.precision bf16-mixed")
+    assert average == (
+        f"srupp-asr average --exp-dir {exp}/ablation/steps1000000_read_from_init --num 3 --out {exp}/model "
+        f"--dtype float16 --max-shard-size 15MiB --lm {init}/lm"
+    )

@@ -383,3 +383,46 @@ def test_the_validation_set_is_unseen_read_speech_and_some_of_every_other_dev_se
     valid = load_cuts(rs.validation_set(manifests, tmp_path / "absent.jsonl.gz", tmp_path / "valid.jsonl.gz"))
     vctk = {c.id for c in load_cuts(manifests["vctk_dev"]["dev"])}
     assert len(vctk) == 68 and vctk <= {c.id for c in valid} and len(valid) == 68 + 10
+
+
+def test_a_gpu_lease_trains_the_rows_with_its_own_arguments_and_scores_none(rs, tmp_path, monkeypatch, capsys):
+    """device_run.sh's read-mix job: `--train-args` go after each row's own arguments (the last of an option wins
+    in `train fit`), and `--train-only` trains and exports without decoding (the lease's minutes go to training)."""
+    synth = tmp_path / "synth"
+    (synth / "manifests").mkdir(parents=True)
+    (synth / "manifests" / "train_cuts.jsonl.gz").touch()
+    (tmp_path / "vctk_dev").mkdir()
+    (tmp_path / "vctk_dev" / "manifest.tsv").touch()  # a real_en folder, as far as finding it goes
+    names = ("vctk_dev", "speech_commands", "fsdd", *rs.READ_TRAIN)
+    monkeypatch.setattr(
+        rs, "import_real_sets", lambda dev, out, sets: {n: {"train": out / n, "dev": out / n} for n in names}
+    )
+    monkeypatch.setattr(rs, "validation_set", lambda manifests, synth_dev, out: out)
+    monkeypatch.setattr(rs, "training_mix", lambda *args, **kwargs: None)
+    monkeypatch.setattr(rs, "trained_steps", lambda exp: (12, 480.0))
+    trained = []
+
+    def fine_tune(mix, valid, exp, steps, base, extra, max_minutes):
+        trained.append((exp.name, extra, max_minutes))
+        return exp / "model", 3.0
+
+    def never(*args, **kwargs):
+        raise AssertionError("--train-only decoded a set")
+
+    monkeypatch.setattr(rs, "fine_tune", fine_tune)
+    monkeypatch.setattr(rs, "score_model", never)
+    argv = ["real_speech.py", "--real-dev", str(tmp_path), "--ablation", "--synth", str(synth), "--rows", "+read"]
+    argv += ["--sets", "vctk_dev", "--exp", str(tmp_path / "exp"), "--max-minutes", "6", "--base", str(tmp_path)]
+    argv += ["--train-only", "--train-args", "--trainer.accelerator gpu --data.max_duration 400"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert rs.main() == 0
+    row = {r.name: r for r in rs.ABLATION_ROWS}["+read"]
+    assert trained == [
+        (
+            f"steps30_read_from_{tmp_path.name}",
+            (*row.args, "--trainer.accelerator", "gpu", "--data.max_duration", "400"),
+            6,
+        )
+    ]
+    table = capsys.readouterr().out
+    assert f"| +read | {row.change} | 12 | 3.0 | {tmp_path / 'exp' / 'ablation'}" in table

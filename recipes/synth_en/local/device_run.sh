@@ -5,6 +5,7 @@
 #
 #   recipes/synth_en/local/device_run.sh start default-model [HOURS]    # the built-in default model (issue 10)
 #   recipes/synth_en/local/device_run.sh start compare [MINUTES] [HOURS] # SRU++ vs Conformer vs BLSTM (issue 8)
+#   recipes/synth_en/local/device_run.sh start read-mix [MINUTES]        # the built-in model on real read speech
 #   recipes/synth_en/local/device_run.sh wait SECONDS                   # watch until done, failed or SECONDS
 #   recipes/synth_en/local/device_run.sh collect DIR                    # copy the job's results into DIR
 #
@@ -32,6 +33,20 @@
 #   here:  recipes/synth_en/local/lease_tree.sh restore
 #   call 2 (carry .whl only; .debs stays there): recipes/synth_en/local/device_run.sh wait 560
 # The compare job needs no model: hide it for the whole lease.
+#
+# read-mix (MINUTES 6): the built-in model fine-tuned on the CPU rounds' read+real+long+synth mix
+# (benchmarks/real_speech.py --ablation --rows +read --train-only, with the GPU's batch and precision), then the 3
+# best checkpoints averaged into a float16 model with the built-in LM (`collect` brings it; gate it on the CPU as a
+# CPU-trained candidate: docs/recipes.md). The synthetic half is synthesised there (synth-corpus --hours 30
+# --max-utts 814, as on the CPU); the real half travels as exp/real_en_pack (local/pack_real_en.py: Opus, 26 MiB),
+# in the second call with the model:
+#   here:  python recipes/synth_en/local/pack_real_en.py ../shared/data/real_en exp/real_en_pack
+#          recipes/synth_en/local/lease_tree.sh hide
+#   call 1 (carry .whl .debs): recipes/synth_en/local/device_run.sh start read-mix 6
+#   here:  recipes/synth_en/local/lease_tree.sh restore
+#   call 2 (carry exp/real_en_pack only: 35 + 26 MiB; the job installed the wheels in call 1):
+#          recipes/synth_en/local/device_run.sh wait 560
+#   call 3: recipes/synth_en/local/device_run.sh collect $OUT/read_mix
 # The job synthesises meanwhile and, before training, waits up to 15 minutes for INIT/config.yaml.
 #
 # Environment (for a dry run on a CPU: PYTHON=.venv/bin/python NO_WHEELS=1 DEVICE=cpu TRAIN_ARGS="..."):
@@ -124,6 +139,35 @@ job_compare() {
     --out "$exp/RESULTS.md"
 }
 
+# What read-mix adds to every row's `train fit` (after benchmarks/real_speech.py's CPU settings: the last wins):
+# the GPU config's batch and precision, validation every 100 steps, and a fine-tune's peak learning rate.
+READ_MIX_GPU_ARGS="--trainer.accelerator gpu --trainer.precision bf16-mixed --data.max_duration 400 \
+--data.num_workers 8 --trainer.val_check_interval 100 --trainer.log_every_n_steps 20 --model.lr 0.0005 \
+--model.warmup_steps 100"
+
+job_read_mix() {
+  local minutes=${1:-6} data exp real init rows
+  data=${DATA:-data/synth_en_read_mix}
+  exp=$(job_exp read-mix)
+  real=${REAL:-exp/real_en_pack}
+  init=${INIT:-srupp_asr/default_model}
+  mkdir -p "$exp"
+  say "read-mix: $init fine-tuned $minutes min on the read+real+long+synth mix, $(nproc) cores, device $device"
+  setup
+  srupp-asr synth-corpus "$data" --hours 30 --max-utts 814 --jobs "$(nproc)"  # a rerun completes it
+  wait_for "$real/PACKED" "${INIT_WAIT:-900}"
+  wait_for "$init/config.yaml" "${INIT_WAIT:-900}"
+  local gpu_args=""
+  if [ "$device" = cuda ]; then gpu_args=$READ_MIX_GPU_ARGS; fi
+  "$py" benchmarks/real_speech.py --ablation --train-only --rows +read --real-dev "$real" --synth "$data" \
+    --base "$init" --steps 1000000 --max-minutes "$minutes" --sets vctk_dev arctic_cathy arctic_axb \
+    --exp "$exp" --train-args "$gpu_args ${TRAIN_ARGS:-}" | tee "$exp/RESULTS.md"
+  rows=$(find "$exp/ablation" -maxdepth 1 -name 'steps*_read*' -type d | head -n 1)
+  srupp-asr average --exp-dir "$rows" --num "${NUM:-3}" --out "$exp/model" --dtype float16 \
+    --max-shard-size 15MiB --lm "$init/lm"
+  say "model exported: $(du -sh "$exp/model" | cut -f1)"
+}
+
 wait_for() {  # wait_for FILE SECONDS: until FILE exists (a later call brings it); fail after SECONDS
   local waited=0
   while [ ! -f "$1" ]; do
@@ -139,7 +183,8 @@ job_exp() {  # job_exp JOB: the EXP folder of a job
   case "$1" in
     default-model) echo "${EXP:-exp/synth_en_gpu}" ;;
     compare) echo "${EXP:-exp/compare_gpu}" ;;
-    *) echo "device_run.sh: unknown job '$1' (default-model or compare)" >&2; return 2 ;;
+    read-mix) echo "${EXP:-exp/read_mix_gpu}" ;;
+    *) echo "device_run.sh: unknown job '$1' (default-model, compare or read-mix)" >&2; return 2 ;;
   esac
 }
 
@@ -171,7 +216,7 @@ if [ "${BASH_SOURCE[0]}" != "$0" ]; then return 0; fi
 cd "$(dirname "$script")/../../.."
 case "${1:-}" in
   start)
-    job=${2:?start needs a job: default-model or compare}
+    job=${2:?start needs a job: default-model, compare or read-mix}
     exp=$(job_exp "$job")
     mkdir -p "$exp" "$(dirname "$current")"
     rm -f "$exp/DONE" "$exp/FAILED"
@@ -202,7 +247,8 @@ else touch '$exp/FAILED'; fi" </dev/null >/dev/null 2>&1 &
     ls -l "$out" "$out"/model 2>/dev/null || true
     ;;
   *)
-    echo "usage: $0 start default-model [HOURS] | start compare [MINUTES] [HOURS] | wait SECONDS | collect DIR" >&2
+    echo "usage: $0 start default-model [HOURS] | start compare [MINUTES] [HOURS] | start read-mix [MINUTES] |" \
+      "wait SECONDS | collect DIR" >&2
     exit 2
     ;;
 esac
