@@ -4,6 +4,7 @@ without ``--model``, and that it recognises espeak-ng speech it was not trained 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from srupp_asr.scoring.align import Counts, align_batch, word_tokens
 from srupp_asr.transcribe import transcribe
 
 SHIPPED = Path(srupp_asr.__file__).resolve().parent / "default_model"
+ROOT = Path(__file__).resolve().parent.parent
 TRANSFER_LIMIT = 16 * 2**20  # each file came back from the GPU machine, whose limit is 16 MiB a file
 
 # Sentences not in the corpus' text sources (fortunes, WordNet, licences), spoken by espeak-ng's default
@@ -92,3 +94,51 @@ def test_the_shipped_model_recognises_espeak_speech(synthesize_speech, monkeypat
     # Measured when the model was committed (2026-11-28): greedy 3, joint 2 errors in 32 words. An untrained or wrongly
     # loaded model gets nearly every word wrong.
     assert errors / words <= 0.25, [t.text for t in transcripts]
+
+
+# What the README and docs/cli.md quote of the shipped model, by the names config.yaml's source.results gives them.
+QUOTED = ("LJ Speech 32 sentences", "vctk_dev", "Speech Commands dev", "FSDD dev", "test_seen", "test_unseen")
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """SHA-256 of what decides the shipped model's transcripts: its weights, its tokenizer and its LM (weights,
+    config with the fusion weight, tokenizer)."""
+    import hashlib
+
+    files = [*sorted(weight_files(model_dir).shards), model_dir / "tokenizer.model"]
+    files += [model_dir / "lm" / name for name in ("model.safetensors", "config.yaml", "tokenizer.model")]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(model_dir).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_the_numbers_quoted_for_the_shipped_model_were_measured_on_it():
+    """A new model must come with its own numbers: config.yaml's source records the fingerprint of the model its
+    results were measured on, and the README's and docs/cli.md's WERs are those results."""
+    source = yaml.safe_load((SHIPPED / "config.yaml").read_text())["source"]
+    assert source.get("fingerprint") == model_fingerprint(SHIPPED), (
+        "srupp_asr/default_model changed since its results were measured: measure it (benchmarks/real_speech.py, "
+        "srupp-asr evaluate on the synth_en test sets), then write its source.results, the README's and "
+        f"docs/cli.md's numbers, and source.fingerprint: {model_fingerprint(SHIPPED)}"
+    )
+    results = " ".join(source["results"].split())
+    wer = {name: re.search(rf"{name} ([0-9.]+)", results).group(1) for name in QUOTED}
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    lj, vctk, words, digits = (wer[name] for name in QUOTED[:4])
+    assert (
+        f"gets {lj}% WER on 32 LJ Speech sentences, {vctk}% on VCTK voices it never heard, {words}% on Speech "
+        f"Commands words of unseen speakers and {digits}% on FSDD digits"
+    ) in readme
+    lines = (ROOT / "README.md").read_text().splitlines()
+    row = next(line for line in lines if line.startswith("| built-in model, 15.8 M parameters"))
+    assert row.endswith(f"| {wer['test_seen']} | {wer['test_unseen']} | {lj} | {words} |"), row
+    cli = (ROOT / "docs" / "cli.md").read_text()
+    for label, value in (
+        ("LJ Speech, 32 read sentences", lj),
+        ("vctk_dev (4 VCTK voices no training split holds)", vctk),
+        ("Speech Commands dev (single words, speakers not in training)", words),
+        ("FSDD dev (digits; other takes of the training speakers)", digits),
+        ("synth_en test_seen / test_unseen (814 sentences each)", f"{wer['test_seen']} / {wer['test_unseen']}"),
+    ):
+        assert f"| {label} | {value} |" in cli, label
