@@ -28,8 +28,6 @@ from srupp_asr.decoding import MODES, DecodingOptions, Hypothesis, decode, decod
 from srupp_asr.decoding.alignment import align_hypothesis, token_spans
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
 from srupp_asr.decoding.settings import add_decoding_arguments
-from srupp_asr.errors import UserError
-from srupp_asr.loading import resolve_device
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID, ASRModel
 from srupp_asr.model_dir import load_model_dir
 from srupp_asr.text import normalize_text
@@ -282,13 +280,6 @@ def test_cuda_decoding_equals_cpu_decoding(batched, overfit, mode: str) -> None:
 
 
 # ------------------------------------------------------- the command line's settings (srupp_asr.decoding.settings)
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
-def test_cuda_without_a_gpu_is_a_user_error():
-    with pytest.raises(UserError, match="no CUDA device"):
-        resolve_device("cuda")
-    assert resolve_device("auto") == "cpu"
 
 
 def test_the_cli_offers_every_decoding_mode():
