@@ -184,12 +184,13 @@ def _tiny_real_en(root: Path) -> None:
     import soundfile as sf
 
     for name, rate, lengths in (("arctic_axb", 16000, (16000, 23456)), ("fsdd", 8000, (4000,))):
-        (root / name / "audio").mkdir(parents=True)
+        (root / name / "audio" / "word").mkdir(parents=True)
         rows = ["path\tduration_s\tspeaker\ttext\tsplit"]
         for i, n in enumerate(lengths):
             t = np.arange(n) / rate
-            sf.write(root / name / "audio" / f"c{i}.flac", 0.3 * np.sin(2 * np.pi * 220 * t) * np.hanning(n), rate)
-            rows.append(f"audio/c{i}.flac\t{n / rate:.3f}\tspk\tWords, as written {i}.\t{'train' if i else 'dev'}")
+            path = f"audio/{'word/' if i else ''}c{i}.flac"  # Speech Commands keeps a folder per word
+            sf.write(root / name / path, 0.3 * np.sin(2 * np.pi * 220 * t) * np.hanning(n), rate)
+            rows.append(f"{path}\t{n / rate:.3f}\tspk\tWords, as written {i}.\t{'train' if i else 'dev'}")
         (root / name / "manifest.tsv").write_text("\n".join(rows) + "\n")
     (root / "arctic_axb" / "COPYING").write_text("the CMU ARCTIC notice\n")
     (root / "README.md").write_text("real_en\n")

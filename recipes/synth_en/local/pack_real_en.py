@@ -41,6 +41,7 @@ def encode(job: tuple[str, str, float]) -> int:
     samples, rate = sf.read(source, dtype="float32", always_2d=False)
     if samples.ndim > 1:
         samples = samples.mean(axis=1)
+    os.makedirs(os.path.dirname(target), exist_ok=True)  # speech_commands keeps a folder per word
     tmp = f"{target}.tmp"
     with sf.SoundFile(tmp, "w", rate, 1, format="OGG", subtype="OPUS", compression_level=level) as out:
         out.write(samples)
