@@ -542,6 +542,13 @@ def fine_tune_command(mix_cuts: Path, valid_cuts: Path, exp: Path, steps: int, b
     return [*cmd, "--data.train_cuts", str(mix_cuts), "--data.valid_cuts", str(valid_cuts)]
 
 
+def max_time(minutes: float) -> str:
+    """Lightning's ``max_time`` for a number of minutes: DD:HH:MM:SS, two digits each (``00:00:6:00`` is refused)."""
+    seconds = round(minutes * 60)
+    days, rest = divmod(seconds, 86400)
+    return f"{days:02d}:{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+
+
 def fine_tune(
     mix_cuts: Path, valid_cuts: Path, exp: Path, steps: int, base: Path, extra=(), max_minutes: float | None = None
 ) -> tuple[Path, float]:
@@ -553,7 +560,7 @@ def fine_tune(
     if (model / "config.yaml").is_file() and record.is_file():
         return model, json.loads(record.read_text())["train_minutes"]
     if max_minutes is not None:
-        extra = (*extra, "--trainer.max_time", f"00:00:{int(max_minutes)}:00")
+        extra = (*extra, "--trainer.max_time", max_time(max_minutes))
     cmd = fine_tune_command(mix_cuts, valid_cuts, exp, steps, base, extra)
     exp.mkdir(parents=True, exist_ok=True)
     print(f"[{exp.name}] fine-tuning for {steps} steps: {' '.join(cmd)}", file=sys.stderr, flush=True)

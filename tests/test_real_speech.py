@@ -426,3 +426,12 @@ def test_a_gpu_lease_trains_the_rows_with_its_own_arguments_and_scores_none(rs, 
     ]
     table = capsys.readouterr().out
     assert f"| +read | {row.change} | 12 | 3.0 | {tmp_path / 'exp' / 'ablation'}" in table
+
+
+@pytest.mark.parametrize("minutes", [1, 6, 38, 85, 1500, 2.5])
+def test_a_row_s_minutes_are_a_duration_lightning_takes(rs, minutes):
+    """`--max-minutes 6` was written 00:00:6:00, which Lightning refuses (two digits each): the GPU job's dry run
+    failed there."""
+    from lightning.pytorch.callbacks import Timer
+
+    assert Timer(duration=rs.max_time(minutes))._duration == pytest.approx(minutes * 60)
