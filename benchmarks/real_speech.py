@@ -745,7 +745,7 @@ def main() -> int:
         f"Real speech ({real_dev}); srupp-asr decoding {args.decoding or DEFAULT_DECODING}; "
         f"{time.strftime('%Y-%m-%d')}; {platform.processor() or platform.machine()}"
     )
-    print("\n    python benchmarks/real_speech.py " + " ".join(sys.argv[1:]) + "\n")
+    print("\n    python benchmarks/real_speech.py " + shlex.join(sys.argv[1:]) + "\n")
     print("\n".join(lines))
     return 0
 
