@@ -38,13 +38,13 @@
 # (benchmarks/real_speech.py --ablation --rows +read --train-only, with the GPU's batch and precision), then the 3
 # best checkpoints averaged into a float16 model with the built-in LM (`collect` brings it; gate it on the CPU as a
 # CPU-trained candidate: docs/recipes.md). The synthetic half is synthesised there (synth-corpus --hours 30
-# --max-utts 814, as on the CPU); the real half travels as exp/real_en_pack (local/pack_real_en.py: Opus, 26 MiB),
+# --max-utts 814, as on the CPU); the real half travels as exp/real_en_pack (local/pack_real_en.py: Opus, 27 MiB),
 # in the second call with the model:
 #   here:  python recipes/synth_en/local/pack_real_en.py ../shared/data/real_en exp/real_en_pack
 #          recipes/synth_en/local/lease_tree.sh hide
 #   call 1 (carry .whl .debs): recipes/synth_en/local/device_run.sh start read-mix 6
 #   here:  recipes/synth_en/local/lease_tree.sh restore
-#   call 2 (carry exp/real_en_pack only: 35 + 26 MiB; the job installed the wheels in call 1):
+#   call 2 (carry exp/real_en_pack only: 35 + 27 MiB; the job installed the wheels in call 1):
 #          recipes/synth_en/local/device_run.sh wait 560
 #   call 3: recipes/synth_en/local/device_run.sh collect $OUT/read_mix
 # The job synthesises meanwhile and, before training, waits up to 15 minutes for INIT/config.yaml.
