@@ -626,7 +626,10 @@ def ablation(
         models.append((row.name, row.change, model, folder, trained_steps(work / folder)[0], minutes))
     if not score:
         lines = ["| row | change | steps | training min | model |", "|---|---|---|---|---|"]
-        return lines + [f"| {m[0]} | {m[1]} | {m[4]} | {m[5]:.1f} | {m[2]} |" for m in models[1:]]
+        return lines + [
+            f"| {name} | {change} | {done} | {minutes:.1f} | {model} |"
+            for name, change, model, _, done, minutes in models[1:]
+        ]
     for label, change, model, folder, done, minutes in models:
         cells = []
         for set_name, cuts in scored.items():

@@ -32,6 +32,11 @@ class ConfigValueError(ValueError):
         self.option, self.problem = option, problem
 
 
+def is_real_number(value: object) -> bool:
+    """An int or a float, not a bool (which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_int(option: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
     """``value`` if it is an integer (not a bool) in ``[minimum, maximum]``, else a ConfigValueError."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -70,7 +75,7 @@ def check_number(
     bounds = [(">", above, float.__gt__), (">=", at_least, float.__ge__)]
     bounds += [("<", below, float.__lt__), ("<=", at_most, float.__le__)]
     bounds = [(sign, float(limit), test) for sign, limit, test in bounds if limit is not None]
-    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    number = is_real_number(value) and math.isfinite(value)
     if not number or not all(test(float(value), limit) for _, limit, test in bounds):
         wanted = " and ".join(f"{sign} {limit:g}" for sign, limit, _ in bounds)
         raise ConfigValueError(option, f"must be a finite number{' ' + wanted if wanted else ''}, got {value!r}")
@@ -116,11 +121,6 @@ def config_options(block: str = "", names: Mapping[str, str] | None = None) -> I
     except ConfigValueError as err:
         option = (names or {}).get(err.option, err.option)
         raise ConfigValueError(f"{block}.{option}" if block else option, err.problem) from None
-
-
-def is_real_number(value: object) -> bool:
-    """An int or a float, not a bool (which Python counts as an int)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def lm_weight_problem(value: object) -> str | None:

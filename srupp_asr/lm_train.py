@@ -56,6 +56,7 @@ from srupp_asr.checks import (
     check_number,
     check_probability,
     check_size,
+    is_real_number,
 )
 from srupp_asr.errors import UserError, first_line
 from srupp_asr.fileio import LockHeld, atomic_output, atomic_write_text, fsync_directory, take_pid_lock
@@ -431,7 +432,7 @@ def _read_state(path: Path) -> dict:
 
 def _is(value: Any, kind: type) -> bool:
     if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return is_real_number(value)
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 

@@ -34,8 +34,8 @@ SETS = ("arctic_cathy", "arctic_axb", "vctk_train", "librispeech_pseudo", "speec
 DONE = "PACKED"
 
 
-def encode(job: tuple[str, str, float]) -> int:
-    """Encode one clip (source, target, compression level) as Ogg Opus; returns its length in samples."""
+def encode(job: tuple[str, str, float]) -> None:
+    """Encode one clip (source, target, compression level) as Ogg Opus."""
     import soundfile as sf
 
     source, target, level = job
@@ -47,7 +47,6 @@ def encode(job: tuple[str, str, float]) -> int:
     with sf.SoundFile(tmp, "w", rate, 1, format="OGG", subtype="OPUS", compression_level=level) as out:
         out.write(samples)
     os.replace(tmp, target)
-    return len(samples)
 
 
 def pack_set(source: Path, target: Path, level: float, jobs: int) -> tuple[int, int]:
@@ -63,7 +62,8 @@ def pack_set(source: Path, target: Path, level: float, jobs: int) -> tuple[int, 
         work.append((str(source / row["path"]), str(target / new), level))
         row["path"] = new
     with ProcessPoolExecutor(jobs) as pool:
-        list(pool.map(encode, work, chunksize=32))
+        for _ in pool.map(encode, work, chunksize=32):  # each result re-raises a failed clip's error
+            pass
     for extra in source.iterdir():  # the licence and notice files travel with the audio
         if extra.is_file() and extra.name != "manifest.tsv":
             shutil.copy2(extra, target / extra.name)
