@@ -1,12 +1,12 @@
 """Long recordings: where to cut them, where the silences are, and how the pieces' words join up.
 
 A recording that fits the memory budget is decoded whole (the SRU++ encoder's strength is long context).
-A longer one is cut into chunks of equal length that overlap by ``overlap`` seconds; each chunk is decoded
-alone and the words are joined at the overlaps: a word the overlap holds is taken from the chunk where it lies
-farther from the chunk's edge (for equal chunks: closer to that chunk's centre), so every word comes from a
-chunk that heard enough context around it. With the energy VAD the cuts go in the middle of silences instead
-and chunks need no overlap; where a stretch longer than a chunk has no silence, that part falls back to
-overlapping chunks.
+A longer one is cut into chunks that overlap by at least ``overlap`` seconds, each starting and ending at the
+quietest moment within reach (a chunk that starts inside a word can make a model lose a word seconds later);
+each chunk is decoded alone and the words are joined at the overlaps: a word the overlap holds is taken from the
+chunk where it lies farther from the chunk's edge, so every word comes from a chunk that heard enough context
+around it. With the energy VAD the cuts go in the middle of silences instead and chunks need no overlap; where a
+stretch longer than a chunk has no silence, that part falls back to overlapping chunks.
 
 Everything here is plain arithmetic on sample counts, energies and word times (no model), so it is tested
 directly; ``transcribe`` reads the audio and runs the model.
@@ -41,25 +41,76 @@ class Chunk:
         return self.start / sample_rate, self.end / sample_rate
 
 
-def plan_chunks(
-    num_samples: int, max_samples: int, overlap_samples: int, silences: Sequence[tuple[int, int]] | None = None
-) -> list[Chunk]:
-    """Cover ``[0, num_samples)`` with chunks of at most ``max_samples``.
+QUIET_WINDOW_SECONDS = 0.2  # loudness is compared over windows this long: a pause, not a plosive's closure
+QUIET_TOLERANCE_DB = 1.0  # windows this close to the quietest count as quiet as it
 
-    Without ``silences``: equally long chunks, neighbours overlapping by ``overlap_samples`` (one chunk when the
-    whole fits). With ``silences`` (``(start, end)`` sample ranges): cut in the middle of the latest silence that
-    keeps a chunk within ``max_samples`` (and, preferably, past its half), chunks touching without overlap; a
-    stretch with no such silence is covered by overlapping chunks.
+
+@dataclass(frozen=True)
+class Loudness:
+    """A recording's frame energies (:func:`frame_energies_db`), to find its quietest moment within a stretch."""
+
+    energies_db: np.ndarray
+    frame_samples: int
+    window_frames: int = round(QUIET_WINDOW_SECONDS / VAD_FRAME_SECONDS)
+
+    def quietest(self, start: int, end: int) -> int:
+        """The sample in ``[start, end]`` at the middle of the quietest stretch there: windows of ``window_frames``
+        centred in the range are compared by mean power; of those within ``QUIET_TOLERANCE_DB`` of the quietest,
+        the latest run of neighbours is taken and its middle returned (``end`` where no window is centred in the
+        range)."""
+        frame, width = self.frame_samples, self.window_frames
+        first = max(0, (start - width * frame // 2) // frame)  # the windows centred in the range, and no others
+        last = min(len(self.energies_db) - width, (end - width * frame // 2) // frame)
+        if last < first:
+            return end
+        power = 10.0 ** (np.asarray(self.energies_db[first : last + width], dtype=np.float64) / 10.0)
+        sums = np.cumsum(np.concatenate([[0.0], power]))
+        level = 10.0 * np.log10(np.maximum((sums[width:] - sums[:-width]) / width, 1e-30))
+        centres = (np.arange(first, last + 1) * frame + width * frame // 2).astype(np.int64)
+        keep = (centres >= start) & (centres <= end)
+        if not keep.any():
+            return end
+        level, centres = level[keep], centres[keep]
+        quiet = np.flatnonzero(level <= level.min() + QUIET_TOLERANCE_DB)
+        run = len(quiet) - 1  # the latest run of neighbouring quiet windows
+        while run > 0 and quiet[run - 1] == quiet[run] - 1:
+            run -= 1
+        return int(centres[(quiet[run] + quiet[-1]) // 2])
+
+
+def plan_chunks(
+    num_samples: int,
+    max_samples: int,
+    overlap_samples: int,
+    silences: Sequence[tuple[int, int]] | None = None,
+    loudness: Loudness | None = None,
+    grid: int = 1,
+) -> list[Chunk]:
+    """Cover ``[0, num_samples)`` with chunks of at most ``max_samples``, each starting on a multiple of ``grid``
+    samples (the model's frame: a chunk then sees the very frames the whole recording would).
+
+    Without ``silences``: overlapping chunks (one when the whole fits). Each chunk starts at the quietest moment
+    (by the recording's ``loudness``) of the previous chunk's second half that leaves ``overlap_samples`` before
+    that chunk's end, which lies at the quietest moment past the overlap: a chunk that starts inside a word can
+    make a model lose words beyond it. Without ``loudness``: as late as the budget allows. The last chunk is at
+    least half a budget long where the budget allows (a sliver of a word alone is easily misheard). With
+    ``silences`` (``(start, end)`` sample ranges): cut in the middle of the latest silence that keeps a chunk within
+    ``max_samples`` (and, preferably, past its half), chunks touching without overlap; a stretch with no such
+    silence is covered by overlapping chunks.
     """
     if max_samples <= 0:
         raise ValueError(f"max_samples must be positive, got {max_samples}")
     if not 0 <= overlap_samples < max_samples:
         raise ValueError(f"overlap_samples must be in [0, max_samples), got {overlap_samples} for {max_samples}")
+    if grid <= 0:
+        raise ValueError(f"grid must be positive, got {grid}")
     if num_samples <= max_samples:
         return [Chunk(0, num_samples)]
+    loudness = loudness or Loudness(np.zeros(0), 1)
     if silences is None:
-        return _overlapping(0, num_samples, max_samples, overlap_samples)
-    cuts = sorted((a + b) // 2 for a, b in silences if 0 < (a + b) // 2 < num_samples)
+        return _overlapping(0, num_samples, max_samples, overlap_samples, loudness, grid)
+    middles = ((a + b) // 2 // grid * grid for a, b in silences)
+    cuts = sorted(c for c in middles if 0 < c < num_samples)
     chunks: list[Chunk] = []
     pos = 0
     while num_samples - pos > max_samples:
@@ -73,24 +124,26 @@ def plan_chunks(
         # No silence within reach: overlapping chunks up to the next silence (or the end).
         following = [c for c in cuts if c > pos + max_samples]
         stop = following[0] if following else num_samples
-        stretch = _overlapping(pos, stop, max_samples, overlap_samples)
-        chunks.extend(stretch)
+        chunks.extend(_overlapping(pos, stop, max_samples, overlap_samples, loudness, grid))
         pos = stop
     if pos < num_samples:  # (a stretch of overlapping chunks may already have reached the end)
         chunks.append(Chunk(pos, num_samples))
     return chunks
 
 
-def _overlapping(begin: int, end: int, max_samples: int, overlap: int) -> list[Chunk]:
-    """Equal chunks of at most ``max_samples`` covering ``[begin, end)``, neighbours overlapping by ``overlap``."""
-    length = end - begin
-    if length <= max_samples:
-        return [Chunk(begin, end)]
-    count = math.ceil((length - overlap) / (max_samples - overlap))
-    step = (length - overlap) / count
-    starts = [begin + round(i * step) for i in range(count)]
-    ends = [begin + round(i * step + step + overlap) for i in range(count - 1)] + [end]
-    return [Chunk(a, b) for a, b in zip(starts, ends, strict=True)]
+def _overlapping(begin: int, end: int, max_samples: int, overlap: int, loudness: Loudness, grid: int) -> list[Chunk]:
+    """Chunks of at most ``max_samples`` covering ``[begin, end)`` (``begin`` on the grid), cut at quiet moments,
+    neighbours overlapping by at least ``overlap``, each starting on the grid."""
+    chunks, start = [], begin
+    while end - start > max_samples:
+        latest = min(start + max_samples - overlap, end - max_samples // 2)  # the last chunk half a budget or more
+        quiet = loudness.quietest(min(start + max_samples // 2, latest), latest)
+        following = quiet // grid * grid  # earlier, so the overlap only grows
+        if following <= start:  # (a grid as coarse as half the budget)
+            following = quiet
+        chunks.append(Chunk(start, loudness.quietest(following + overlap, start + max_samples)))
+        start = following
+    return [*chunks, Chunk(start, end)]
 
 
 # ------------------------------------------------------------------------------------------ energy VAD
@@ -106,19 +159,24 @@ def frame_energies_db(wav: np.ndarray | Any, frame_samples: int) -> np.ndarray:
     return np.maximum(10.0 * np.log10(np.maximum(power, 1e-30)), VAD_FLOOR_DB)
 
 
-def silences_from_blocks(
-    blocks: Iterable[np.ndarray | Any], frame_samples: int, min_silence_frames: int
-) -> list[tuple[int, int]]:
-    """:func:`find_silences` over a recording read as consecutive blocks (each a whole number of frames but the
-    last), so only the energies, not the audio, are held. A silence that reaches the last whole frame runs on to
-    the end of the recording (over the partial frame, which has no energy of its own)."""
+def energies_from_blocks(blocks: Iterable[np.ndarray | Any], frame_samples: int) -> tuple[np.ndarray, int]:
+    """:func:`frame_energies_db` of a recording read as consecutive blocks (each a whole number of frames but the
+    last), so only the energies, not the audio, are held; and the recording's length in samples."""
     energies, total = [], 0
     for block in blocks:
         energies.append(frame_energies_db(block, frame_samples))
         total += len(block)
-    found = find_silences(np.concatenate(energies) if energies else np.zeros(0), frame_samples, min_silence_frames)
-    if found and total - found[-1][1] < frame_samples:
-        found[-1] = (found[-1][0], total)
+    return (np.concatenate(energies) if energies else np.zeros(0)), total
+
+
+def silences_from_energies(
+    energies_db: np.ndarray, num_samples: int, frame_samples: int, min_silence_frames: int
+) -> list[tuple[int, int]]:
+    """:func:`find_silences` in a recording of ``num_samples``: a silence that reaches the last whole frame runs on
+    to the end of the recording (over the partial frame, which has no energy of its own)."""
+    found = find_silences(energies_db, frame_samples, min_silence_frames)
+    if found and num_samples - found[-1][1] < frame_samples:
+        found[-1] = (found[-1][0], num_samples)
     return found
 
 

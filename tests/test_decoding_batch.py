@@ -76,6 +76,39 @@ def test_the_limits_decide_whole_or_chunked(loaded, overfit_model_dir):
     assert Batching.chunked(GREEDY, 8, 600.0, 10.0, vad=False).piece_samples == 600 * SAMPLE_RATE
 
 
+def test_chunks_start_on_the_models_frame_grid_in_a_pause_and_see_the_whole_recordings_frames(
+    loaded, overfit_model_dir
+):
+    """Overlapping chunks start in the quietest moment within reach (here the pause between two utterances) on the
+    encoder's frame grid, so a chunk's subsampled features are those of the whole recording from its start on (a
+    chunk a quarter frame off can make a model hear a word differently)."""
+    wav, _ = overfit_model_dir[1][0]
+    audio = torch.from_numpy(sf.read(wav, dtype="float32")[0])
+    pause = 1e-4 * torch.randn(round(0.5 * SAMPLE_RATE), generator=torch.Generator().manual_seed(0))
+    heard = torch.nonzero(audio.abs() > 0.01 * audio.abs().max())  # the utterance's own first and last sound
+    long = torch.cat([audio, pause, audio, pause, audio])
+    budget = (audio.numel() + pause.numel()) / SAMPLE_RATE + 0.3  # a chunk's second half reaches the first pause
+    limits = Batching.chunked(GREEDY, batch_size=1, max_chunk_seconds=budget, chunk_overlap=0.25, vad=False)
+    decoder = BatchDecoder(loaded.net, loaded.tokenizer, GREEDY, batching=limits)
+    with SamplesReader(long.numpy(), SAMPLE_RATE) as reader:
+        chunks, silences = decoder.plan(reader)
+    grid = round(loaded.net.frame_shift * SAMPLE_RATE)
+    assert silences == [] and grid == 640 and len(chunks) >= 3
+    assert all(c.start % grid == 0 for c in chunks)
+    assert heard.max() < chunks[1].start < audio.numel() + pause.numel() + heard.min()  # in the pause
+    net = loaded.net.eval()
+
+    def subsampled(samples: torch.Tensor) -> torch.Tensor:
+        feats, lens = net.fbank(samples[None], torch.tensor([samples.numel()]))
+        return net.subsampling(net.cmvn(feats, lens), lens)[0][0]
+
+    whole = subsampled(long)
+    for chunk in chunks[1:]:
+        part = subsampled(long[chunk.start : chunk.end])
+        offset = chunk.start // grid
+        torch.testing.assert_close(part[:-2], whole[offset : offset + len(part) - 2], rtol=1e-4, atol=1e-4)
+
+
 def test_a_model_that_cannot_decode_as_asked_stops_everything(loaded, overfit_model_dir, monkeypatch):
     decoder = BatchDecoder(loaded.net, loaded.tokenizer, DecodingOptions("joint"), name="the-model")
     monkeypatch.setattr(loaded.net, "decoder", None)

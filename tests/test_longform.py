@@ -10,13 +10,15 @@ import pytest
 
 from srupp_asr.longform import (
     Chunk,
+    Loudness,
+    energies_from_blocks,
     energy_threshold_db,
     find_silences,
     frame_energies_db,
     merge_chunk_words,
     plan_chunks,
     shift_words,
-    silences_from_blocks,
+    silences_from_energies,
 )
 
 
@@ -41,15 +43,78 @@ def test_a_recording_within_the_budget_is_one_chunk():
 
 
 @pytest.mark.parametrize(("total", "max_len", "overlap"), [(1000, 300, 50), (1001, 300, 0), (10_000, 997, 100)])
-def test_overlapping_chunks_are_equal_within_budget_and_overlap_as_asked(total, max_len, overlap):
+def test_without_loudness_overlapping_chunks_are_as_long_as_the_budget_and_overlap_as_asked(total, max_len, overlap):
     chunks = plan_chunks(total, max_len, overlap)
     _covers(chunks, total)
-    lengths = [c.end - c.start for c in chunks]
-    assert max(lengths) <= max_len and max(lengths) - min(lengths) <= 1
-    assert all(a.end - b.start == pytest.approx(overlap, abs=1) for a, b in itertools.pairwise(chunks))
-    # As few chunks as the budget allows: one fewer would not fit.
-    n = len(chunks)
-    assert (total - overlap) / (n - 1) + overlap > max_len
+    assert all(c.end - c.start == max_len for c in chunks[:-2]) and max(c.end - c.start for c in chunks) <= max_len
+    assert all(a.end - b.start == overlap for a, b in itertools.pairwise(chunks[:-1]))
+    assert chunks[-2].end - chunks[-1].start >= overlap
+    assert chunks[-1].end - chunks[-1].start >= max_len // 2  # no sliver at the end
+
+
+def test_chunks_start_on_the_grid_and_keep_budget_and_overlap():
+    chunks = plan_chunks(10_000, 997, 100, grid=64)
+    _covers(chunks, 10_000)
+    assert all(c.start % 64 == 0 for c in chunks)
+    assert all(c.end - c.start <= 997 for c in chunks) and all(
+        a.end - b.start >= 100 for a, b in itertools.pairwise(chunks)
+    )
+    # VAD cuts too: the middle of a silence (150, 251) moved back onto the grid; no silence past 248, so the rest
+    # is overlapping chunks, as late as the budget allows without loudness.
+    assert plan_chunks(900, 300, 50, [(140, 160), (240, 262)], grid=8) == [
+        Chunk(0, 248),
+        Chunk(248, 548),
+        Chunk(496, 796),
+        Chunk(744, 900),
+    ]
+    with pytest.raises(ValueError):
+        plan_chunks(100, 10, 0, grid=0)
+
+
+def _loudness(levels: list[tuple[int, float]]) -> Loudness:
+    """10-ms frames (160 samples) at the given ``(frames, dB)`` levels, in order."""
+    return Loudness(np.concatenate([np.full(n, db) for n, db in levels]), 160)
+
+
+def test_the_quietest_moment_is_the_middle_of_the_quietest_pause_and_the_latest_of_equals():
+    # Speech at -20 dB, pauses at frames 100-150 (-60 dB) and 300-340 (-90 dB), a -90.5 dB pause at 600-640.
+    loud = _loudness([(100, -20), (50, -60), (150, -20), (40, -90), (260, -20), (40, -90.5), (160, -20)])
+    # Windows of 20 frames lie wholly in the -90 dB pause with centres at frames 310-330: its middle, 320.
+    assert loud.quietest(0, 500 * 160) == 320 * 160
+    assert loud.quietest(0, 250 * 160) == 125 * 160  # the -60 dB pause is the quietest within reach
+    assert loud.quietest(0, 1000 * 160) == 620 * 160  # within 1 dB of each other: the later one
+    # Uniform loudness: the middle of the range; no whole window centred in it (the recording's edge): its end.
+    assert loud.quietest(20 * 160, 60 * 160) == 40 * 160
+    assert loud.quietest(0, 5 * 160) == 5 * 160
+    assert Loudness(np.zeros(3), 160).quietest(0, 480) == 480
+
+
+def test_overlapping_chunks_start_and_end_at_the_quietest_moments_within_reach():
+    # Chunks of up to 4 s overlapping by at least 1 s; pauses (-90 dB) in speech (-20 dB) at 2.5-2.9 s and 5-5.2 s.
+    loud = _loudness([(250, -20), (40, -90), (210, -20), (20, -90), (480, -20)])
+    chunks = plan_chunks(1000 * 160, 400 * 160, 100 * 160, loudness=loud)
+    _covers(chunks, 1000 * 160)
+    first, second = chunks[0], chunks[1]
+    assert second.start == 270 * 160  # the first pause, in the first chunk's second half (2-3 s)
+    assert first.end == 385 * 160  # no pause in 3.7-4 s: the middle of what is within reach
+    assert chunks[2].start == 510 * 160  # the second pause, within 4.7-5.7 s
+    for a, b in itertools.pairwise(chunks):
+        assert b.start >= a.start + 200 * 160 and a.end - b.start >= 100 * 160  # progress, and the overlap kept
+    assert max(c.end - c.start for c in chunks) <= 400 * 160
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_quiet_edged_chunks_cover_any_recording_within_budget_and_overlap(seed):
+    rng = np.random.default_rng(seed)
+    frames = int(rng.integers(500, 5000))
+    loud = Loudness(rng.uniform(-100, 0, frames), 160)
+    total = frames * 160 + int(rng.integers(0, 160))
+    max_len, overlap = int(rng.integers(100, 600)) * 160, int(rng.integers(0, 50)) * 160
+    chunks = plan_chunks(total, max_len, overlap, loudness=loud)
+    _covers(chunks, total)
+    assert max(c.end - c.start for c in chunks) <= max_len
+    assert all(a.end - b.start >= overlap for a, b in itertools.pairwise(chunks))
+    assert len(chunks) <= 2 * total / max_len + 2  # each chunk moves on by at least half the budget
 
 
 def test_vad_cuts_in_the_middle_of_the_latest_silence_that_fits():
@@ -71,7 +136,8 @@ def test_a_long_stretch_without_silence_gets_overlapping_chunks():
     assert chunks[0] == Chunk(0, 100)
     middle = [c for c in chunks if c.start >= 100 and c.end <= 1000]
     assert middle[0].start == 100 and middle[-1].end == 1000
-    assert all(a.end - b.start == pytest.approx(30, abs=1) for a, b in itertools.pairwise(middle))
+    assert all(a.end - b.start == 30 for a, b in itertools.pairwise(middle[:-1]))
+    assert middle[-2].end - middle[-1].start >= 30
     assert chunks[-1] == Chunk(1000, 1200)
     assert max(c.end - c.start for c in chunks) <= 300
 
@@ -115,7 +181,9 @@ def test_a_silence_at_the_end_runs_over_the_last_partial_frame():
     # Was: it ended at the last whole frame, so the last chunk (to the last sample) was never inside it: --vad
     # decoded that chunk of silence, where the built-in model makes up a word.
     wav = np.concatenate([np.full(16000, 0.1), np.zeros(16000 + 50)])
-    assert silences_from_blocks([wav[:8000], wav[8000:]], 160, 30) == [(16000, 32050)]
+    energies, total = energies_from_blocks([wav[:8000], wav[8000:]], 160)
+    assert total == len(wav)
+    assert silences_from_energies(energies, total, 160, 30) == [(16000, 32050)]
 
 
 def test_threshold_sits_between_noise_floor_and_speech():
@@ -126,13 +194,15 @@ def test_threshold_sits_between_noise_floor_and_speech():
     assert energy_threshold_db(np.full(10, -30.0)) == pytest.approx(-24.0)  # at least the margin above the floor
 
 
-def test_silences_from_blocks_equal_those_of_the_whole_signal():
+def test_energies_from_blocks_equal_those_of_the_whole_signal():
     rng = np.random.default_rng(0)
     speech = 0.3 * rng.standard_normal(16000)
     wav = np.concatenate([speech, np.zeros(8000), speech, 0.001 * rng.standard_normal(12000), speech])
     whole = find_silences(frame_energies_db(wav, 160), 160, 30)
     blocks = [wav[i : i + 3200] for i in range(0, len(wav), 3200)]
-    assert silences_from_blocks(blocks, 160, 30) == whole
+    energies, total = energies_from_blocks(blocks, 160)
+    np.testing.assert_array_equal(energies, frame_energies_db(wav, 160))
+    assert silences_from_energies(energies, total, 160, 30) == whole
     assert [(round(a / 160), round(b / 160)) for a, b in whole] == [(100, 150), (250, 325)]
 
 

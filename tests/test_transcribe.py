@@ -361,9 +361,7 @@ def test_overlapping_chunks_are_joined_at_word_boundaries(model, utts, tmp_path)
     (t,) = transcribe(path, model, decoding="ctc_greedy", max_chunk_seconds=4.0, chunk_overlap=1.0)
     assert len(t.chunks) >= 3
     assert all(b - a <= 4.0 + 1e-9 for a, b in t.chunks)
-    assert all(
-        prev[1] - nxt[0] == pytest.approx(1.0, abs=1e-3) for prev, nxt in zip(t.chunks, t.chunks[1:], strict=False)
-    )
+    assert all(prev[1] - nxt[0] >= 1.0 - 1e-3 for prev, nxt in itertools.pairwise(t.chunks))  # at least the overlap
     words = [w for s in t.segments for w in s.words]
     assert words, "no words"
     assert all(a.start <= b.start for a, b in itertools.pairwise(words))

@@ -261,18 +261,22 @@ class BatchDecoder:
         return longform.place_after_leading_silence(hyp.words, onset)
 
     def plan(self, reader: AudioSource) -> tuple[list[Chunk], list[tuple[int, int]]]:
-        """The chunks of a recording longer than a piece, and the silences the VAD found (none without it)."""
+        """The chunks of a recording longer than a piece, and the silences the VAD found (none without it). The
+        recording is read once ahead for its loudness (10-ms energies), which places the cuts; chunks start on the
+        model's frame grid (the encoder's frame shift), so each sees the frames the whole recording would."""
         from srupp_asr import longform
 
+        frame = round(longform.VAD_FRAME_SECONDS * self.rate)
+        block = round(VAD_BLOCK_SECONDS / longform.VAD_FRAME_SECONDS) * frame
+        energies, total = longform.energies_from_blocks((wav.numpy() for _, wav in reader.blocks(block)), frame)
         silences = None
         if self.batching.vad:
-            frame = round(longform.VAD_FRAME_SECONDS * self.rate)
-            block = round(VAD_BLOCK_SECONDS / longform.VAD_FRAME_SECONDS) * frame
-            blocks = (wav.numpy() for _, wav in reader.blocks(block))
             min_frames = round(longform.MIN_SILENCE / longform.VAD_FRAME_SECONDS)
-            silences = longform.silences_from_blocks(blocks, frame, min_frames)
+            silences = longform.silences_from_energies(energies, total, frame, min_frames)
         piece, overlap = int(self.batching.piece_samples), self.batching.overlap_samples
-        chunks = longform.plan_chunks(reader.num_samples, piece, overlap, silences)
+        loudness = longform.Loudness(energies, frame)
+        grid = round(self.model.frame_shift * self.rate)
+        chunks = longform.plan_chunks(reader.num_samples, piece, overlap, silences, loudness, grid)
         return chunks, silences or []
 
     def decode_long(self, recording: Recording, progress: Callable[[float], None]) -> Decoded:
