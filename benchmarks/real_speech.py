@@ -97,9 +97,11 @@ def skip_note(what: str) -> str:
 def import_real_sets(real_dev: Path, out_dir: Path, sets: tuple[str, ...] = REAL_SETS) -> dict[str, dict[str, Path]]:
     """Import each set's ``manifest.tsv`` with the table importer into ``out_dir/<set>/<split>_cuts.jsonl.gz`` (kept
     when newer than the table); returns {set: {split: manifest}}. A row that does not import is an error: these
-    tables are known good. Train splits carry the words that were said (:func:`spoken_training_text`)."""
+    tables are known good. Train splits carry the words that were said (:func:`srupp_asr.teachers.spell_out`;
+    librispeech_pseudo's are whisper tiny.en's, so one it cannot spell out is left out)."""
     from srupp_asr.errors import UserError
     from srupp_asr.prepare import import_table, save_splits
+    from srupp_asr.teachers import WHISPER_TINY_EN, spell_out
 
     manifests = {}
     for name in sets:
@@ -113,31 +115,11 @@ def import_real_sets(real_dev: Path, out_dir: Path, sets: tuple[str, ...] = REAL
         if problems:
             raise UserError(f"{real_dev / name}: {len(problems)} rows did not import; the first: {problems[0]}")
         if "train" in splits:
-            splits["train"] = spoken_training_text(splits["train"], machine=name in MACHINE_TRANSCRIBED)
+            machine = WHISPER_TINY_EN if name in MACHINE_TRANSCRIBED else None
+            splits["train"] = spell_out(splits["train"], machine)
         paths = save_splits(splits, out_dir / name)
         manifests[name] = dict(zip(splits, paths, strict=True))
     return manifests
-
-
-def spoken_training_text(cuts, machine: bool = False):
-    """``cuts`` with each transcript as the words that were said (:func:`srupp_asr.synth.verbalize.
-    verbalize_transcript`: numbers and abbreviations spelt out, then the training normalisation). A transcript it
-    cannot say keeps its own words when people wrote it; a ``machine`` transcript is left out with its cut."""
-    from lhotse import CutSet
-    from lhotse.utils import fastcopy
-
-    from srupp_asr.synth.verbalize import verbalize_transcript
-
-    kept = []
-    for cut in cuts:
-        texts = [verbalize_transcript(s.text or "") for s in cut.supervisions]
-        if machine and any(t is None for t in texts):
-            continue
-        supervisions = [
-            fastcopy(s, text=s.text if t is None else t) for s, t in zip(cut.supervisions, texts, strict=True)
-        ]
-        kept.append(fastcopy(cut, supervisions=supervisions))
-    return CutSet.from_cuts(kept)
 
 
 def score_model(

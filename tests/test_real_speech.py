@@ -335,26 +335,6 @@ def test_each_ablation_row_trains_a_fixed_number_of_steps_with_one_change(rs, tm
             assert extra == [a for a in rows[name].args if a not in baseline] and extra
 
 
-def test_training_transcripts_are_the_spoken_words_and_unsayable_machine_ones_are_left_out(rs, tmp_path):
-    from srupp_asr.manifest import cut_text
-    from srupp_asr.prepare import import_table
-    from tests.helpers import write_tone
-
-    texts = ["Chapter 1. Mrs. Linde paid $5.", "Patrick D.C. came.", "plain words"]
-    for k in range(3):
-        write_tone(tmp_path / f"u{k}.wav", 0.5)
-    (tmp_path / "t.tsv").write_text("path\ttext\n" + "".join(f"u{k}.wav\t{t}\n" for k, t in enumerate(texts)))
-    cuts = import_table(tmp_path / "t.tsv")["all"]
-    people = {c.id: cut_text(c) for c in rs.spoken_training_text(cuts)}
-    assert people == {
-        "u0": "chapter one missus linde paid five dollars",
-        "u1": "patrick d c came",  # its own words (cut_text normalises)
-        "u2": "plain words",
-    }
-    machine = {c.id: cut_text(c) for c in rs.spoken_training_text(cuts, machine=True)}
-    assert machine == {"u0": "chapter one missus linde paid five dollars", "u2": "plain words"}  # u1 is a guess
-
-
 def test_the_read_mix_gives_half_its_audio_to_read_sentences_and_keeps_the_rest(rs, tmp_path):
     corpus = functools.partial(_tone_corpus, tmp_path)
 
