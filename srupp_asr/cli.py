@@ -80,8 +80,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="srupp-asr",
         description="English speech recognition with SRU++ encoders: train, transcribe, evaluate. "
-        "`srupp-asr transcribe FILE` needs no training: it uses the built-in model, trained on synthetic English "
-        "speech only (poor on real voices). Exit status: 0 success; 1 some inputs failed; 2 a usage or model error.",
+        "`srupp-asr transcribe FILE` needs no training: it uses the built-in model, trained mostly on synthetic "
+        "English speech plus a few hours of real words, digits and read sentences (far below whisper on real "
+        "sentences). Exit status: 0 success; 1 some inputs failed; 2 a usage or model error.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

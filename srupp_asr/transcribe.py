@@ -468,8 +468,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "transcribe",
         help="transcribe audio files (txt, json, srt, vtt, tsv; long recordings)",
         description="Transcribe English speech in audio files. Without --model: the built-in model "
-        f"({_builtin_model_text()}), trained on synthetic English speech only: poor on real voices; train on "
-        "your own data for real use (docs/training.md). Exit status: 0 all inputs transcribed; 1 some inputs "
+        f"({_builtin_model_text()}), trained mostly on synthetic English speech plus a few hours of real words, "
+        "digits and read sentences: far below whisper on real sentences; train on your own data for real use "
+        "(docs/training.md). Exit status: 0 all inputs transcribed; 1 some inputs "
         "failed (one error line each, counted in the closing line); 2 a usage or model error. Whisper's spellings "
         "--output_format, --output_dir, --beam_size, --word_timestamps, --language en and --task transcribe are "
         "accepted.",
