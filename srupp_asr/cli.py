@@ -23,8 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("srupp_asr.cli", "show versions and which recurrence backends work here"),
     "prepare": (
         "srupp_asr.prepare",
-        "import your own data (a Kaldi data dir, NeMo manifest or table of transcripts) as lhotse cut manifests; "
-        "a published corpus by name: corpus prepare",
+        "import your own data (a Kaldi data dir, NeMo manifest, table of transcripts, or audio a teacher "
+        "transcribes) as lhotse cut manifests; a published corpus by name: corpus prepare",
     ),
     "corpus": ("srupp_asr.corpora", "download and prepare LibriSpeech, TED-LIUM 3 and AISHELL-1 for the recipes"),
     "cmvn": ("srupp_asr.cmvn", "compute global CMVN statistics of a cut manifest"),
