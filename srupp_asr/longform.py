@@ -59,18 +59,15 @@ class Loudness:
         the latest run of neighbours is taken and its middle returned (``end`` where no window is centred in the
         range)."""
         frame, width = self.frame_samples, self.window_frames
-        first = max(0, (start - width * frame // 2) // frame)  # the windows centred in the range, and no others
-        last = min(len(self.energies_db) - width, (end - width * frame // 2) // frame)
+        half = width * frame // 2  # window k covers frames [k, k + width) and is centred at sample k * frame + half
+        first = max(0, -((half - start) // frame))  # the first window centred at or after start (a ceiling)
+        last = min(len(self.energies_db) - width, (end - half) // frame)  # the last one centred at or before end
         if last < first:
             return end
         power = 10.0 ** (np.asarray(self.energies_db[first : last + width], dtype=np.float64) / 10.0)
         sums = np.cumsum(np.concatenate([[0.0], power]))
         level = 10.0 * np.log10(np.maximum((sums[width:] - sums[:-width]) / width, 1e-30))
-        centres = (np.arange(first, last + 1) * frame + width * frame // 2).astype(np.int64)
-        keep = (centres >= start) & (centres <= end)
-        if not keep.any():
-            return end
-        level, centres = level[keep], centres[keep]
+        centres = np.arange(first, last + 1, dtype=np.int64) * frame + half
         quiet = np.flatnonzero(level <= level.min() + QUIET_TOLERANCE_DB)
         run = len(quiet) - 1  # the latest run of neighbouring quiet windows
         while run > 0 and quiet[run - 1] == quiet[run] - 1:

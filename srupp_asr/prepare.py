@@ -644,12 +644,12 @@ def prepare_command(args: argparse.Namespace) -> int:
             raise UserError(f"--threads must be at least 1, got {args.threads}")
         teacher = teachers.make_teacher(args.teacher, args.threads)
         splits = import_unlabelled(args.inputs, teacher, args.out, args.split, problems, dropped.append)
-        args.source = " ".join(args.inputs)
     else:
         columns = TableColumns(args.audio_column, args.text_column, args.speaker_column, args.split_column)
         splits = import_table(args.source, problems, columns, args.audio_root, args.split, args.audio_roots)
         if args.machine_transcripts is not None:
             splits = {k: teachers.spell_out(v, args.machine_transcripts, dropped.append) for k, v in splits.items()}
+    source = " ".join(args.inputs) if args.format == "unlabelled" else args.source
     for problem in problems:
         print(f"skipped: {problem}", file=sys.stderr)
     for drop in dropped:
@@ -657,7 +657,7 @@ def prepare_command(args: argparse.Namespace) -> int:
     total = sum(len(cuts) for cuts in splits.values())
     if total == 0:
         left_out = f", {len(dropped)} left out" if dropped else ""
-        raise UserError(f"{args.source}: nothing could be imported ({len(problems)} entries skipped{left_out})")
+        raise UserError(f"{source}: nothing could be imported ({len(problems)} entries skipped{left_out})")
     if dropped:
         print(f"left out {len(dropped)} machine transcripts that could not be spelt out (or were empty)")
     if args.format in ("table", "unlabelled"):

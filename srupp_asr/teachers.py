@@ -97,7 +97,8 @@ def whisper_tiny_en_dir() -> Path:
 
 @dataclass
 class ModelTeacher:
-    """An srupp-asr model directory (None: the built-in model) with ``transcribe``'s defaults."""
+    """An srupp-asr model directory (None: the built-in model) with ``transcribe``'s defaults (a GPU where there is
+    one)."""
 
     model_dir: Path | None = None
     threads: int = 2
@@ -109,9 +110,7 @@ class ModelTeacher:
     def transcribe(self, paths: Sequence[Path], on_error: Callable[[str], None]) -> dict[Path, str]:
         from srupp_asr.transcribe import transcribe
 
-        done = transcribe(
-            [str(p) for p in paths], self.model_dir, device="cpu", threads=self.threads, on_error=on_error
-        )
+        done = transcribe([str(p) for p in paths], self.model_dir, threads=self.threads, on_error=on_error)
         return {Path(t.path): t.text for t in done}
 
 
