@@ -25,7 +25,13 @@ from srupp_asr.augment import ChannelAugment, SeededReverb
 from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.errors import UserError
 from srupp_asr.manifest import CUT_SUFFIXES, check_cuts_manifest, cut_text, load_cut_audio, load_cuts
-from srupp_asr.samplers import BucketingSampler, MaxDurationFilter, ResumableSampler, SeededBatch, duration_bins
+from srupp_asr.samplers import (
+    BucketingSampler,
+    MaxDurationFilter,
+    ResumableTrainingData,
+    SeededBatch,
+    duration_bins,
+)
 from srupp_asr.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -211,7 +217,7 @@ def _pad(seqs: list[torch.Tensor], value: float, dtype: torch.dtype) -> torch.Te
     return out
 
 
-class ASRDataModule(L.LightningDataModule):
+class ASRDataModule(ResumableTrainingData, L.LightningDataModule):
     """Manifests, samplers and loaders for training and validation (LightningCLI maps its arguments to YAML).
 
     Training batches come from lhotse's ``DynamicBucketingSampler`` (as :class:`BucketingSampler`): cuts of similar
@@ -222,9 +228,9 @@ class ASRDataModule(L.LightningDataModule):
     ``use_distributed_sampler=False`` (LightningCLI: ``trainer.use_distributed_sampler: false``); otherwise
     Lightning would wrap them in a ``DistributedSampler``, which cannot work on lhotse samplers.
 
-    Resuming: the module's ``state_dict`` (stored in Lightning checkpoints) records the epoch and how many
-    training batches of it were processed; a run resumed from a mid-epoch checkpoint continues the same epoch's
-    shuffling order after those batches. Each epoch is shuffled differently (``seed`` + epoch).
+    Resuming (:class:`~srupp_asr.samplers.ResumableTrainingData`): the module's ``state_dict`` records the epoch and
+    how many training batches of it were processed; a run resumed from a mid-epoch checkpoint continues the same
+    epoch's shuffling order after those batches. Each epoch is shuffled differently (``seed`` + epoch).
     """
 
     def __init__(
@@ -281,8 +287,6 @@ class ASRDataModule(L.LightningDataModule):
         self.tokenizer: Tokenizer | None = None
         self.train_cuts: CutSet | None = None
         self.valid_cuts: CutSet | None = None
-        self._train_sampler: ResumableSampler | None = None
-        self._resume: dict | None = None
 
     def setup(self, stage: str | None = None) -> None:
         """Load the tokenizer and open the manifests the stage needs (lazily; read as batches are drawn)."""
@@ -315,13 +319,6 @@ class ASRDataModule(L.LightningDataModule):
             )
         return {"world_size": trainer.world_size, "rank": trainer.global_rank}
 
-    def _trainer_epoch(self) -> int:
-        # The epoch Lightning is in (``trainer.current_epoch``), read when an iteration starts. Not the count
-        # Lightning passes to ``set_epoch``: that one is ahead after a resume from a checkpoint written at a
-        # ``max_steps``/``max_time`` stop in mid-epoch (the epoch was counted as processed, not completed), and the
-        # resumed run would draw the next epoch's batches for the rest of this one.
-        return self.trainer.fit_loop.epoch_progress.current.completed
-
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         """Shuffled, duration-bucketed, augmented training batches."""
         if self.train_cuts is None:
@@ -352,13 +349,8 @@ class ASRDataModule(L.LightningDataModule):
             reverb_prob=self.reverb_prob,
             channel_augment=self.channel_augment,
         )
-        epoch_fn = self._trainer_epoch if self.trainer is not None else None
         epoch_done = too_long.epoch_done if too_long is not None else None
-        self._train_sampler = ResumableSampler(sampler, epoch_fn=epoch_fn, epoch_done=epoch_done)
-        if self._resume is not None:
-            self._train_sampler.skip_batches(self._resume["epoch"], self._resume["batches_done"])
-            self._resume = None
-        return self._loader(dataset, self._train_sampler)
+        return self._loader(dataset, self._resumable(sampler, epoch_done))
 
     def val_dataloader(self) -> torch.utils.data.DataLoader | list:
         """Validation batches: bucketed by duration, not shuffled, not augmented (none without valid_cuts)."""
@@ -390,23 +382,3 @@ class ASRDataModule(L.LightningDataModule):
             persistent_workers=False,
             generator=torch.Generator().manual_seed(self.seed),
         )
-
-    def state_dict(self) -> dict:
-        """Where training stands in the current epoch (saved in Lightning checkpoints)."""
-        trainer = self.trainer
-        if trainer is None or self._train_sampler is None:
-            return {}
-        # The epoch being iterated, not the trainer's count: Lightning counts an epoch as processed before its
-        # end-of-epoch checkpoints (and those of a ``max_steps``/``max_time`` stop in mid-epoch) are written.
-        return {
-            "epoch": self._train_sampler.iterating_epoch,
-            "batches_done": trainer.fit_loop.epoch_loop.batch_progress.current.processed,
-        }
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Resume: the next training iteration of the saved epoch skips the batches already processed."""
-        if state_dict:
-            self._resume = {"epoch": int(state_dict["epoch"]), "batches_done": int(state_dict["batches_done"])}
-            if self._train_sampler is not None:
-                self._train_sampler.skip_batches(self._resume["epoch"], self._resume["batches_done"])
-                self._resume = None

@@ -80,6 +80,22 @@ class ResumableModelCheckpoint(ModelCheckpoint):
         return candidates
 
 
+class StateFileCheckpoint(ResumableModelCheckpoint):
+    """A checkpoint callback that keeps one file, ``path`` (any name), written after every validation and, through
+    :class:`~srupp_asr.train.StopCheckpoint`, at a stop: ``srupp-asr train-lm``'s ``OUT_DIR.train.pt``. (Lightning's
+    own writes a ``last`` checkpoint only beside a top-k one.)"""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        path = Path(path)
+        super().__init__(dirpath=path.parent, save_top_k=0, save_last=True, save_on_train_epoch_end=False)
+        self._enable_version_counter = False  # one file, rewritten
+        self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION = path.stem, path.suffix
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
 class AtomicCheckpointIO(CheckpointIO):
     """Lightning ``CheckpointIO``: atomic, fsynced checkpoint files; ``weights_only`` loading with one-line errors."""
 
@@ -119,14 +135,16 @@ class AtomicCheckpointIO(CheckpointIO):
             Path(path).unlink()
 
 
-def prepare_resume(checkpoint: dict) -> None:
-    """Make Lightning resume a run with :class:`~srupp_asr.data.ASRDataModule` exactly where the checkpoint was
-    written (call it before Lightning restores its loops from ``checkpoint``, e.g. in
+def prepare_resume(checkpoint: dict, data_module: str = "ASRDataModule") -> None:
+    """Make Lightning resume a run whose data module (its class name ``data_module``:
+    :class:`~srupp_asr.data.ASRDataModule`, :class:`~srupp_asr.lm_lightning.LMDataModule`; a
+    :class:`~srupp_asr.samplers.ResumableTrainingData`) draws training batches without a length exactly where the
+    checkpoint was written (call it before Lightning restores its loops from ``checkpoint``, e.g. in
     ``LightningModule.on_load_checkpoint``).
 
-    The training loader has no length (lhotse's batches are made on the fly), and Lightning's loop counters then
-    go wrong in two cases, both mended here from the data module's own record (the epoch its sampler was in and
-    the batches of it done):
+    The training loader has no length (lhotse's batches are made on the fly; the LM's follow suit), and Lightning's
+    loop counters then go wrong in two cases, both mended here from the data module's own record (the epoch its
+    sampler was in and the batches of it done):
 
     - a checkpoint of an epoch's last training batch is marked ``is_last_batch``, and resuming, Lightning counts
       that epoch as finished and then finds the next one finished too, before it has drawn a batch: the resumed run
@@ -146,7 +164,7 @@ def prepare_resume(checkpoint: dict) -> None:
     finished epoch's length, so a run stopped again in that epoch and resumed skipped the rest of it. The counts
     are set to a new epoch's (zero), as Lightning sets them when an epoch starts.
     """
-    data = checkpoint.get("ASRDataModule")
+    data = checkpoint.get(data_module)
     fit = checkpoint.get("loops", {}).get("fit_loop", {})
     progress = fit.get("epoch_loop.batch_progress")
     if not data or not isinstance(progress, dict):

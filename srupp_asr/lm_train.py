@@ -7,29 +7,32 @@
 
 Sentences (lines of text files, supervision texts of cut manifests) are normalised and tokenised with the ASR
 model's tokenizer, grouped by length into batches of at most ``--batch-tokens`` padded tokens and shuffled per
-epoch. Adam with the Noam schedule (linear warm-up, then ``1/sqrt(step)``), gradient clipping. After every epoch
-(and every ``--valid-every`` steps) the validation perplexity is measured; the best LM so far is written to
-``--out-dir`` atomically. The run ends after ``--max-epochs`` or ``--max-time`` minutes, whichever comes first.
+epoch. Adam with the Noam schedule (linear warm-up, then ``1/sqrt(step)``), gradient clipping. Training runs in the
+same Lightning loop as ``srupp-asr train`` (:mod:`srupp_asr.lm_lightning`: the module and the data): at every
+epoch's end (and every ``--valid-every`` batches of an epoch) the validation perplexity is measured; the best LM so
+far is written to ``--out-dir`` atomically. The run ends after ``--max-epochs``, or when its training time reaches
+``--max-time`` minutes (counted over every resume, as Lightning's ``max_time``), whichever comes first.
 
-Resuming: the training state (weights, optimiser, schedule, epoch, position in the epoch, best perplexity, the
-random generators' states that dropout draws from, and the settings that shape training) is saved to
-``OUT_DIR.train.pt`` at every validation and at a stop (atomically; tensors and plain values only, read back with
-``torch.load(weights_only=True)``); ``--resume`` continues from it and ends with the weights of a run that was never
-stopped (the same device; on a GPU, kernels permitting). A resume whose tokenizer, text, model or optimisation
-options differ from the saved run's is refused, naming the state file and the first difference; ``--max-epochs``,
-``--max-time``, ``--valid-every``, ``--log-every`` and ``--device`` may change. A ``kill -9`` loses the steps since
-the last save (``--valid-every`` bounds them). A run holds ``OUT_DIR.train.lock`` (``flock``): a second train-lm into
-the same ``--out-dir`` is refused.
+Resuming: the training state is a Lightning checkpoint, ``OUT_DIR.train.pt``, written atomically after every
+validation and at a stop (weights, optimiser, schedule, loops, the position in the epoch, the random generators'
+states that dropout draws from, the best perplexity, and the settings that shape training; tensors and plain
+values only, read back with ``torch.load(weights_only=True)``); ``--resume`` continues from it and ends with the
+weights of a run that was never stopped (the same device; on a GPU, kernels permitting). A resume whose tokenizer,
+text, model or optimisation options differ from the saved run's is refused, naming the state file and the first
+difference; ``--max-epochs``, ``--max-time``, ``--valid-every``, ``--log-every`` and ``--device`` may change. A
+``kill -9`` loses the steps since the last save (``--valid-every`` bounds them). A run holds ``OUT_DIR.train.lock``
+(``flock``): a second train-lm into the same ``--out-dir`` is refused.
 
 Finishing: a run that ends as asked (``--max-epochs`` or ``--max-time`` reached) writes ``OUT_DIR.train.done``, a JSON
 file of its final numbers, after its last state save; every run (fresh or resumed) first removes it. So a script can
 tell a finished run (``.train.done``) from one that stopped before its end (``.train.pt`` only: resume it), as the
 recipes' LM stage does.
 
-Stopping: SIGTERM, or a first Ctrl-C, stops the run after the step under way (or during validation, after the batch
-under way) with its state saved: one line, exit status 143 (130 for Ctrl-C); a validation it cut short is run again
-first by ``--resume``. A ``--max-time`` stop validates (the best LM may then be the one of that moment) and saves the
-state. The log lines go to stderr, one per ``--log-every`` steps.
+Stopping (:class:`srupp_asr.train.StopCheckpoint`, as ``srupp-asr train``): SIGTERM, or a first Ctrl-C, stops the run
+after the step under way (or during validation, after the batch under way) with its state saved: one line, exit
+status 143 (130 for Ctrl-C); a validation it cut short is not run again (the next comes at its time). A
+``--max-time`` stop validates (the best LM may then be the one of that moment) and saves the state. The log lines go
+to stderr, one per ``--log-every`` steps.
 """
 
 from __future__ import annotations
@@ -41,10 +44,9 @@ import json
 import logging
 import math
 import os
-import random
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,20 +61,16 @@ from srupp_asr.checks import (
     is_real_number,
 )
 from srupp_asr.errors import UserError, first_line
-from srupp_asr.fileio import LockHeld, atomic_output, atomic_write_text, fsync_directory, take_pid_lock
+from srupp_asr.fileio import LockHeld, atomic_write_text, take_pid_lock
 from srupp_asr.interrupts import (
     EXIT_STATUS,
     INTERRUPTED_STATUS,
     Terminated,
-    defer_sigint,
-    defer_sigterm,
-    sigterm_pending,
 )
 
 if TYPE_CHECKING:
     import torch
 
-    from srupp_asr.lm import SRUppLM
     from srupp_asr.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -123,53 +121,6 @@ def tokenize(texts: Iterable[str], tokenizer: Tokenizer, max_len: int) -> tuple[
     return out, dropped
 
 
-def make_batches(sentences: Sequence[Sequence[int]], batch_tokens: int) -> list[list[int]]:
-    """Indices of ``sentences`` grouped by length so that a batch holds at most ``batch_tokens`` padded tokens
-    (``<sos/eos>`` included; a sentence longer than that is a batch by itself)."""
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        width = len(sentences[i]) + 1  # sorted: the newest sentence is the longest of the batch
-        if current and width * (len(current) + 1) > batch_tokens:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
-
-
-class ValidationStopped(Exception):
-    """:func:`evaluate_perplexity` was asked to stop (``should_stop``) before its last batch."""
-
-
-def evaluate_perplexity(
-    model: SRUppLM,
-    sentences: Sequence[Sequence[int]],
-    batch_tokens: int,
-    should_stop: Callable[[], bool] | None = None,
-) -> float:
-    """Per-token perplexity of ``sentences`` (``<sos/eos>`` at the end counted as a token); draws no random numbers.
-    ``should_stop`` is asked before each batch but the first: True raises :class:`ValidationStopped`."""
-    import torch
-
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    try:
-        with torch.inference_mode():
-            for k, batch in enumerate(make_batches(sentences, batch_tokens)):
-                if k and should_stop is not None and should_stop():
-                    raise ValidationStopped
-                chosen = [sentences[i] for i in batch]
-                total += float(model.sentence_nll(chosen).double().sum())
-                count += sum(len(y) + 1 for y in chosen)
-    finally:
-        model.train(was_training)
-    return math.exp(total / max(count, 1))
-
-
 def _load_sentences(cfg_text: Sequence[str], cfg_cuts: Sequence[str], tokenizer: Tokenizer, max_len: int, what: str):
     from srupp_asr.tokenizer import texts_from_sources
 
@@ -184,8 +135,15 @@ def _load_sentences(cfg_text: Sequence[str], cfg_cuts: Sequence[str], tokenizer:
 # What a resumed run must share with the saved one (besides the LM's shape, its tokenizer and its text): the options
 # that shape training. The others (--max-epochs, --max-time, --valid-every, --log-every, --device) may change.
 RESUME_OPTIONS = ("batch_tokens", "max_len", "seed", "lr", "warmup_steps", "weight_decay", "clip")
-STATE_KEYS = ("model", "optimizer", "scheduler", "progress", "config")
-PROGRESS_KEYS = {"epoch": int, "batch": int, "step": int, "best": float}
+# What a train-lm checkpoint holds besides Lightning's own keys (lm_lightning.SETTINGS_KEY's parts).
+STATE_KEYS = ("state_dict", "optimizer_states", "lr_schedulers", "loops", "train_lm")
+
+
+def state_paths(out_dir: str) -> tuple[Path, Path, Path]:
+    """``OUT_DIR.train.pt`` (the training state: a Lightning checkpoint), ``OUT_DIR.train.done`` (written when a
+    run ends as asked) and ``OUT_DIR.train.lock`` (held while a run trains)."""
+    base = out_dir.rstrip("/")
+    return Path(f"{base}.train.pt"), Path(f"{base}.train.done"), Path(f"{base}.train.lock")
 
 
 def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
@@ -199,9 +157,8 @@ def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
     device = torch.device(cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError("train-lm: --device cuda asked for, but no CUDA device is available")
-    base = cfg.out_dir.rstrip("/")
-    state_path, done_path = Path(f"{base}.train.pt"), Path(f"{base}.train.done")
-    with _run_lock(Path(f"{base}.train.lock"), cfg.out_dir):
+    state_path, done_path, lock_path = state_paths(cfg.out_dir)
+    with _run_lock(lock_path, cfg.out_dir):
         done_path.unlink(missing_ok=True)  # this run is not finished (yet), whatever an earlier one was
         result = _train(cfg, device, state_path)
         numbers = {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in result.items()}
@@ -212,9 +169,7 @@ def train_lm(cfg: LMTrainConfig) -> dict[str, float]:
 def _train(cfg: LMTrainConfig, device: torch.device, state_path: Path) -> dict[str, float]:
     import torch
 
-    from srupp_asr.lm import SRUppLM, save_lm
-    from srupp_asr.model_dir import CONFIG_FILE
-    from srupp_asr.schedulers import NoamLR, build_optimizer
+    from srupp_asr.lm_lightning import LMDataModule, LMLightningModule
     from srupp_asr.tokenizer import Tokenizer
 
     saved = _read_state(state_path) if cfg.resume else None  # before the text is read: a bad file fails at once
@@ -227,135 +182,109 @@ def _train(cfg: LMTrainConfig, device: torch.device, state_path: Path) -> dict[s
         sum(map(len, train)),
         len(valid),
     )
-
     torch.manual_seed(cfg.seed)
-    model = SRUppLM(
-        tokenizer.vocab_size,
-        d_model=cfg.d_model,
-        num_layers=cfg.num_layers,
-        attn_dim=cfg.attn_dim,
-        num_heads=cfg.num_heads,
-        attn_every=cfg.attn_every,
-        dropout=cfg.dropout,
-        attn_dropout=cfg.dropout,
-    ).to(device)
-    log.info("train-lm: SRU++ LM with %s parameters", f"{model.num_params():,}")
-    optimizer = build_optimizer("adam", model.parameters(), cfg.lr, cfg.weight_decay)
-    scheduler = NoamLR(optimizer, cfg.warmup_steps)
     settings = _settings(cfg, train, valid, device)
-    progress: dict[str, Any] = {"epoch": 0, "batch": 0, "step": 0, "best": math.inf, "validate": False}
-    if saved is not None:
-        _check_resumable(state_path, saved, settings, model.config)
-        progress.update(_restore(state_path, saved, model, optimizer, scheduler, device))
-        log.info("train-lm: resumed from %s at epoch %d, batch %d", state_path, progress["epoch"], progress["batch"])
-        if math.isfinite(progress["best"]) and not Path(cfg.out_dir, CONFIG_FILE).is_file():
-            # The best LM so far is gone (deleted, moved): validate at once, so that the run ends with an LM.
-            log.warning("train-lm: %s holds no LM any more: the next validation writes one", cfg.out_dir)
-            progress["best"], progress["validate"] = math.inf, True
-
-    stop: dict[str, str | None] = {"reason": None}
-
-    def on_ctrl_c() -> None:
-        print("\nCtrl-C: stopping after this step and saving the state (Ctrl-C again: stop now)", file=sys.stderr)
-        stop["reason"] = stop["reason"] or "Ctrl-C"
-
-    def stop_requested() -> bool:
-        if stop["reason"] is None and sigterm_pending():
-            stop["reason"] = "SIGTERM"
-        return stop["reason"] is not None
-
-    def stopped(when: str) -> Terminated:
-        how, status = "terminated (SIGTERM)", EXIT_STATUS
-        if stop["reason"] == "Ctrl-C":
-            how, status = "interrupted (Ctrl-C)", INTERRUPTED_STATUS
-        return Terminated(f"{how} {when} step {progress['step']}: saved {state_path}; resume with --resume", status)
-
-    def save() -> None:
-        _save_state(state_path, model, optimizer, scheduler, progress, settings, device)
-
-    def checkpoint(more: bool) -> None:
-        """Validate, write the LM when it is the best so far, save the state; a stop request during it stops the
-        run (after the batch under way; the resumed run validates first) and, with ``more`` training to come,
-        after it."""
-        try:
-            ppl = evaluate_perplexity(model, valid, cfg.batch_tokens, should_stop=stop_requested)
-        except ValidationStopped:
-            progress["validate"] = True
-            save()
-            raise stopped("during the validation after") from None
-        progress["validate"] = False
-        improved = ppl < progress["best"]
-        if improved:
-            progress["best"] = ppl
-            save_lm(model, cfg.tokenizer, cfg.out_dir)
-        save()
-        log.info(
-            "train-lm: epoch %d step %d valid ppl %.2f%s",
-            progress["epoch"],
-            progress["step"],
-            ppl,
-            f" (best; wrote {cfg.out_dir})" if improved else f" (best {progress['best']:.2f})",
-        )
-        if more and stop_requested():
-            raise stopped("after")
-
-    batches = make_batches(train, cfg.batch_tokens)
-    start = time.monotonic()
-    out_of_time = False
-    model.train()
-    defer_sigterm(True)  # a SIGTERM is acted on at a step's end (below)
-    defer_sigint(on_ctrl_c)  # and so is a first Ctrl-C
-    try:
-        if progress["validate"]:  # the validation a stop cut short
-            checkpoint(more=True)
-        while progress["epoch"] < cfg.max_epochs and not out_of_time:
-            order = list(range(len(batches)))
-            random.Random(cfg.seed * 100003 + progress["epoch"]).shuffle(order)
-            loss_sum, token_sum = 0.0, 0
-            while progress["batch"] < len(order):
-                chosen = [train[i] for i in batches[order[progress["batch"]]]]
-                nll = model.sentence_nll(chosen)
-                tokens = sum(len(y) + 1 for y in chosen)
-                loss = nll.sum() / tokens
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-                optimizer.step()
-                scheduler.step()
-                progress["batch"] += 1
-                progress["step"] += 1
-                loss_sum, token_sum = loss_sum + float(loss.detach()) * tokens, token_sum + tokens
-                if cfg.log_every and progress["step"] % cfg.log_every == 0:
-                    log.info(
-                        "train-lm: epoch %d step %d train ppl %.2f lr %.2e",
-                        progress["epoch"],
-                        progress["step"],
-                        math.exp(loss_sum / token_sum),
-                        scheduler.get_last_lr()[0],
-                    )
-                    loss_sum, token_sum = 0.0, 0
-                if stop_requested():  # stop after this step, its state saved: --resume goes on from here
-                    save()
-                    raise stopped("after")
-                if cfg.max_time is not None and time.monotonic() - start > cfg.max_time * 60:
-                    out_of_time = True
-                    break
-                if cfg.valid_every and progress["step"] % cfg.valid_every == 0 and progress["batch"] < len(order):
-                    checkpoint(more=True)
-            if not out_of_time:
-                progress["epoch"] += 1
-                progress["batch"] = 0
-            checkpoint(more=not out_of_time and progress["epoch"] < cfg.max_epochs)
-    finally:
-        defer_sigterm(False)
-        defer_sigint(None)
-    return {
-        "steps": progress["step"],
-        "epochs": progress["epoch"],
-        "best_valid_ppl": progress["best"],
-        "seconds": time.monotonic() - start,
-        "params": model.num_params(),
+    lm_config = {
+        "vocab_size": tokenizer.vocab_size,
+        "d_model": cfg.d_model,
+        "num_layers": cfg.num_layers,
+        "attn_dim": cfg.attn_dim,
+        "num_heads": cfg.num_heads,
+        "attn_every": cfg.attn_every,
+        "dropout": cfg.dropout,
+        "attn_dropout": cfg.dropout,
     }
+    module = LMLightningModule(
+        lm_config, cfg.lr, cfg.warmup_steps, cfg.weight_decay, cfg.out_dir, cfg.tokenizer, settings, cfg.log_every
+    )
+    log.info("train-lm: SRU++ LM with %s parameters", f"{module.lm.num_params():,}")
+    data = LMDataModule(train, valid, cfg.batch_tokens, cfg.seed)
+    if saved is not None:
+        _check_resumable(state_path, saved, settings, module.lm.config)
+        _check_usable(state_path, saved, module, device)
+    trainer = _trainer(cfg, device, state_path)
+    start = time.monotonic()
+    _fit(trainer, module, data, state_path if saved is not None else None)
+    return {
+        "steps": trainer.global_step,
+        "epochs": trainer.current_epoch,
+        "best_valid_ppl": module.best,
+        "seconds": time.monotonic() - start,
+        "params": module.lm.num_params(),
+    }
+
+
+def _trainer(cfg: LMTrainConfig, device: torch.device, state_path: Path):
+    """A Lightning Trainer with the ASR trainer's pieces: atomic checkpoints (``state_path``, written after every
+    validation and at a stop), the stop on SIGTERM or Ctrl-C after a step; no loggers or bars (log lines instead)."""
+    import datetime
+    import warnings
+
+    import lightning as L
+
+    from srupp_asr.lightning_checkpoints import StateFileCheckpoint
+    from srupp_asr.progress import quiet_lightning
+    from srupp_asr.train import stop_checkpoint_class, with_atomic_checkpoints
+
+    quiet_lightning()
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no "GPU available" lines
+    warnings.filterwarnings("ignore", message=r".*does not have many workers", module="lightning")
+    accelerator = {"cpu": "cpu", "cuda": "gpu"}.get(device.type, device.type)
+    trainer = L.Trainer(
+        accelerator=accelerator,
+        devices=[device.index or 0] if device.type == "cuda" else 1,
+        precision="32-true",
+        max_epochs=cfg.max_epochs,
+        max_time=datetime.timedelta(minutes=cfg.max_time) if cfg.max_time is not None else None,
+        val_check_interval=cfg.valid_every or None,
+        num_sanity_val_steps=0,
+        gradient_clip_val=cfg.clip,
+        gradient_clip_algorithm="norm",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[StateFileCheckpoint(state_path), stop_checkpoint_class()()],
+        plugins=with_atomic_checkpoints(None),
+        default_root_dir=str(state_path.parent),
+    )
+    _validate_at_epoch_ends(trainer)
+    return trainer
+
+
+def _validate_at_epoch_ends(trainer) -> None:
+    """Validate at every epoch's last batch, also with ``--valid-every`` (Lightning, given an integer
+    ``val_check_interval`` and a loader without a length, validates every N batches only, so the last steps of a
+    run would never be validated). Wraps the epoch loop's decision (Lightning 2.6, pinned below 2.7)."""
+    loop = trainer.fit_loop.epoch_loop
+    should_check = loop._should_check_val_fx
+
+    def or_at_the_epoch_end(data_fetcher) -> bool:
+        return should_check(data_fetcher) or (loop._should_check_val_epoch() and loop.batch_progress.is_last_batch)
+
+    loop._should_check_val_fx = or_at_the_epoch_end
+
+
+def _fit(trainer, module, data, ckpt_path: Path | None) -> None:
+    """``trainer.fit``; a stop on SIGTERM or Ctrl-C is a :class:`Terminated` naming the state file saved."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from srupp_asr.train import stop_saved
+
+    stop_saved.clear()
+    try:
+        trainer.fit(module, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
+    except SIGTERMException:  # Lightning's stop after StopCheckpoint saved the state
+        how, status = "terminated (SIGTERM)", EXIT_STATUS
+        if stop_saved.get("reason") == "Ctrl-C":
+            how, status = "interrupted (Ctrl-C)", INTERRUPTED_STATUS
+        if "path" not in stop_saved:
+            raise Terminated(f"{how}; no state saved at the stop", status) from None
+        where = f"after step {stop_saved['step']}: saved {stop_saved['path']}; resume with --resume"
+        raise Terminated(f"{how} {where}", status) from None
+    except SystemExit as err:
+        if isinstance(err.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after a second Ctrl-C
+            raise KeyboardInterrupt from None
+        raise
 
 
 @contextlib.contextmanager
@@ -393,26 +322,6 @@ def _settings(cfg: LMTrainConfig, train, valid, device: torch.device) -> dict[st
     return settings
 
 
-def _save_state(path: Path, model, optimizer, scheduler, progress: dict, settings: dict, device) -> None:
-    import torch
-
-    rng = {"cpu": torch.get_rng_state()}
-    if device.type == "cuda":
-        rng["cuda"] = torch.cuda.get_rng_state(device)
-    state = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "progress": dict(progress),
-        "config": dict(model.config),
-        "settings": dict(settings),
-        "rng": rng,
-    }
-    with atomic_output(path) as tmp:
-        torch.save(state, tmp)
-    fsync_directory(path.parent)
-
-
 def _read_state(path: Path) -> dict:
     """The saved state of ``path`` (read with ``weights_only=True``); every problem is a one-line UserError."""
     from srupp_asr.checkpoints import load_checkpoint
@@ -423,16 +332,24 @@ def _read_state(path: Path) -> dict:
     missing = [k for k in STATE_KEYS if k not in state] if isinstance(state, dict) else list(STATE_KEYS)
     if missing:
         raise UserError(f"{path}: not a train-lm state (no {', '.join(missing)})")
-    progress = state["progress"]
-    bad = [k for k, kind in PROGRESS_KEYS.items() if not isinstance(progress, dict) or not _is(progress.get(k), kind)]
-    if bad or not isinstance(state["config"], dict):
-        raise UserError(f"{path}: not a train-lm state (bad {', '.join(bad) or 'config'})")
+    saved = state["train_lm"]
+    bad = [
+        name
+        for name, ok in (
+            ("settings", isinstance(saved, dict) and isinstance(saved.get("settings"), dict)),
+            ("config", isinstance(saved, dict) and isinstance(saved.get("config"), dict)),
+            ("best", isinstance(saved, dict) and is_real_number(saved.get("best"))),
+            ("global_step", _is_count(state.get("global_step"))),
+            ("epoch", _is_count(state.get("epoch"))),
+        )
+        if not ok
+    ]
+    if bad:
+        raise UserError(f"{path}: not a train-lm state (bad {', '.join(bad)})")
     return state
 
 
-def _is(value: Any, kind: type) -> bool:
-    if kind is float:
-        return is_real_number(value)
+def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -443,17 +360,14 @@ def _option(name: str) -> str:
 def _check_resumable(path: Path, state: dict, settings: dict, config: dict) -> None:
     """A one-line UserError naming ``path`` and the first setting of this run that differs from the saved run's."""
     hint = "resume with the saved run's options, or start afresh without --resume"
-    saved = state.get("settings")
-    if not isinstance(saved, dict):  # written before the settings were saved
-        log.warning("train-lm: %s holds no settings to compare with this run's; resuming as asked", path)
-        saved = {}
+    saved, saved_config = state["train_lm"]["settings"], state["train_lm"]["config"]
     if saved.get("tokenizer_sha256", settings["tokenizer_sha256"]) != settings["tokenizer_sha256"]:
         raise UserError(f"{path}: saved with another tokenizer; {hint}")
     for key, value in config.items():
-        if key == "vocab_size" and state["config"].get(key) != value:
+        if key == "vocab_size" and saved_config.get(key) != value:
             raise UserError(f"{path}: saved with another tokenizer; {hint}")
-        if state["config"].get(key) != value:
-            raise UserError(f"{path}: saved with {_option(key)} {state['config'].get(key)}, now {value}; {hint}")
+        if saved_config.get(key) != value:
+            raise UserError(f"{path}: saved with {_option(key)} {saved_config.get(key)}, now {value}; {hint}")
     for key in RESUME_OPTIONS:
         if key in saved and saved[key] != settings[key]:
             raise UserError(f"{path}: saved with {_option(key)} {saved[key]}, now {settings[key]}; {hint}")
@@ -465,31 +379,36 @@ def _check_resumable(path: Path, state: dict, settings: dict, config: dict) -> N
                 f"{path}: saved for other {what} text ({saved.get(count)} sentences then, {settings[count]} now); "
                 f"{hint}"
             )
+    if saved.get("device_type") != settings["device_type"]:
+        saved_on = saved.get("device_type")
+        log.warning("train-lm: %s was saved on %s: dropout will differ from an unstopped run", path, saved_on)
 
 
-def _restore(path: Path, state: dict, model, optimizer, scheduler, device: torch.device) -> dict:
-    """Load ``state`` into the model, optimiser and schedule and set the random generators as they were at the save
-    (dropout then draws what the run that was not stopped drew); the saved progress."""
+def _check_usable(path: Path, state: dict, module, device: torch.device) -> None:
+    """A one-line UserError naming ``path`` when its weights or generator states do not fit ``module`` (before
+    Lightning loads them, mid-way); when the LM directory is gone, the saved weights are written there now."""
     import torch
 
+    from srupp_asr.lightning_module import rng_states, set_rng_states
+    from srupp_asr.lm import save_lm
+    from srupp_asr.model_dir import CONFIG_FILE
+
+    before = rng_states()
     try:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        rng = state.get("rng")
-        if isinstance(rng, dict) and "cpu" in rng:
-            torch.set_rng_state(rng["cpu"])
-            settings = state.get("settings")
-            saved_on = settings.get("device_type") if isinstance(settings, dict) else None
-            if device.type == "cuda" and "cuda" in rng:
-                torch.cuda.set_rng_state(rng["cuda"], device)
-            elif device.type != saved_on:
-                log.warning("train-lm: %s was saved on %s: dropout will differ from an unstopped run", path, saved_on)
-        else:
-            log.warning("train-lm: %s holds no generator states: dropout will differ from an unstopped run", path)
+        module.load_state_dict(state["state_dict"])
+        set_rng_states(state["rng_states"])
     except (RuntimeError, KeyError, TypeError, ValueError, IndexError) as err:
         raise UserError(f"{path}: not a usable train-lm state ({first_line(err)})") from None
-    return dict(state["progress"])
+    finally:
+        set_rng_states(before)
+    best = float(state["train_lm"]["best"])
+    if math.isfinite(best) and not Path(module.out_dir, CONFIG_FILE).is_file():
+        # The best LM so far is gone (deleted, moved): the saved weights stand in until a validation beats them.
+        log.warning("train-lm: %s holds no LM any more: wrote the saved weights there", module.out_dir)
+        save_lm(module.lm, module.tokenizer_path, module.out_dir)
+        module.best_reset = True
+    with torch.no_grad():
+        module.to(device)
 
 
 def check_lm_options(cfg: LMTrainConfig) -> None:

@@ -105,6 +105,58 @@ class ResumableSampler(torch.utils.data.Sampler):
             self.epoch_done(current, self.sampler.rank)
 
 
+class ResumableTrainingData:
+    """What a LightningDataModule whose training batches come from a :class:`ResumableSampler` needs to resume in
+    mid-epoch (mixed in before ``LightningDataModule``: :class:`~srupp_asr.data.ASRDataModule`,
+    :class:`~srupp_asr.lm_lightning.LMDataModule`).
+
+    Its ``state_dict`` (stored in Lightning checkpoints under the module's class name) records the epoch being
+    iterated and how many of its training batches were processed; a resumed run's next training iteration of that
+    epoch skips them. The sampler reads the epoch from the trainer when an iteration starts (:meth:`_trainer_epoch`).
+    """
+
+    trainer: object | None
+    _train_sampler: ResumableSampler | None = None
+    _resume: dict | None = None
+
+    def _trainer_epoch(self) -> int:
+        # The epoch Lightning is in (``trainer.current_epoch``), read when an iteration starts. Not the count
+        # Lightning passes to ``set_epoch``: that one is ahead after a resume from a checkpoint written at a
+        # ``max_steps``/``max_time`` stop in mid-epoch (the epoch was counted as processed, not completed), and the
+        # resumed run would draw the next epoch's batches for the rest of this one.
+        return self.trainer.fit_loop.epoch_progress.current.completed
+
+    def _resumable(self, sampler, epoch_done: Callable[[int, int], None] | None = None) -> ResumableSampler:
+        """``sampler`` wrapped in a :class:`ResumableSampler` that follows the trainer's epoch and skips what a
+        resumed checkpoint had done (the one this module trains from)."""
+        epoch_fn = self._trainer_epoch if self.trainer is not None else None
+        self._train_sampler = ResumableSampler(sampler, epoch_fn=epoch_fn, epoch_done=epoch_done)
+        if self._resume is not None:
+            self._train_sampler.skip_batches(self._resume["epoch"], self._resume["batches_done"])
+            self._resume = None
+        return self._train_sampler
+
+    def state_dict(self) -> dict:
+        """Where training stands in the current epoch (saved in Lightning checkpoints)."""
+        trainer = self.trainer
+        if trainer is None or self._train_sampler is None:
+            return {}
+        # The epoch being iterated, not the trainer's count: Lightning counts an epoch as processed before its
+        # end-of-epoch checkpoints (and those of a ``max_steps``/``max_time`` stop in mid-epoch) are written.
+        return {
+            "epoch": self._train_sampler.iterating_epoch,
+            "batches_done": trainer.fit_loop.epoch_loop.batch_progress.current.processed,
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Resume: the next training iteration of the saved epoch skips the batches already processed."""
+        if state_dict:
+            self._resume = {"epoch": int(state_dict["epoch"]), "batches_done": int(state_dict["batches_done"])}
+            if self._train_sampler is not None:
+                self._train_sampler.skip_batches(self._resume["epoch"], self._resume["batches_done"])
+                self._resume = None
+
+
 def padded_duration(cuts: Iterable[Cut]) -> float:
     """Seconds of audio a batch of ``cuts`` takes once padded: the number of cuts times the longest one (what lhotse's
     ``max_duration`` limits)."""

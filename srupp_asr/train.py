@@ -67,7 +67,7 @@ CKPT_PATH_NAMES = ("last", "best", "hpc")  # what Lightning resolves itself (and
 LOCK_FILE = ".train.lock"  # in default_root_dir, held by a running fit
 _held_locks: list[int] = []  # file descriptors of the locks this process holds (released when run_train returns)
 _PARSERS: list[Any] = []  # the parsers LightningCLI built in this process (their option names)
-_stop_saved: dict[str, Any] = {}  # StopCheckpoint's stop: {"reason": "SIGTERM"|"Ctrl-C", "path": ..., "step": ...}
+stop_saved: dict[str, Any] = {}  # StopCheckpoint's stop: {"reason": "SIGTERM"|"Ctrl-C", "path": ..., "step": ...}
 
 
 def checkpoint_dir(default_root_dir: str | os.PathLike[str] | None) -> str:
@@ -250,7 +250,7 @@ def stop_checkpoint_class() -> type:
             """Save ``last.ckpt`` when the exception is Lightning's stop (every rank takes part)."""
             if not isinstance(exception, SIGTERMException):
                 return
-            _stop_saved["reason"] = self._reason or "SIGTERM"  # another rank's signal: this rank's own is unknown
+            stop_saved["reason"] = self._reason or "SIGTERM"  # another rank's signal: this rank's own is unknown
             checkpoint = trainer.checkpoint_callback
             if not isinstance(checkpoint, ModelCheckpoint) or checkpoint.dirpath is None:
                 return
@@ -259,7 +259,7 @@ def stop_checkpoint_class() -> type:
             )
             trainer.save_checkpoint(path)
             checkpoint.last_model_path = path
-            _stop_saved.update(path=path, step=trainer.global_step)
+            stop_saved.update(path=path, step=trainer.global_step)
 
     StopCheckpoint.__qualname__ = "StopCheckpoint"  # found by its name in this module (pickle, class_path)
     return StopCheckpoint
@@ -434,7 +434,7 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
     configs = _config_paths(argv)
     for path in configs:
         check_config_file(path)
-    _stop_saved.clear()
+    stop_saved.clear()
     try:
         return asr_lightning_cli()(
             ASRLightningModule,
@@ -453,7 +453,7 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         if isinstance(err, SIGTERMException):  # Lightning's stop after SIGTERM (a SystemExit that would exit 0)
-            status = INTERRUPTED_STATUS if _stop_saved.get("reason") == "Ctrl-C" else EXIT_STATUS
+            status = INTERRUPTED_STATUS if stop_saved.get("reason") == "Ctrl-C" else EXIT_STATUS
             message = _stopped_message() if _is_rank_zero() else ""  # the other ranks: quiet
             raise Terminated(message, status) from None
         if isinstance(err.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after Ctrl-C: the CLI's 130
@@ -465,10 +465,10 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
 
 def _stopped_message() -> str:
     """What :class:`StopCheckpoint` did, for the one line the CLI prints at a SIGTERM or Ctrl-C stop."""
-    how = "interrupted (Ctrl-C)" if _stop_saved.get("reason") == "Ctrl-C" else "terminated (SIGTERM)"
-    if "path" not in _stop_saved:
+    how = "interrupted (Ctrl-C)" if stop_saved.get("reason") == "Ctrl-C" else "terminated (SIGTERM)"
+    if "path" not in stop_saved:
         return f"{how}; no checkpoint saved at the stop"
-    return f"{how} after step {_stop_saved['step']}: saved {_stop_saved['path']}; resume with --ckpt_path last"
+    return f"{how} after step {stop_saved['step']}: saved {stop_saved['path']}; resume with --ckpt_path last"
 
 
 def _one_line(message: str, argv: Sequence[str], configs: Sequence[str]) -> str:

@@ -24,8 +24,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from lightning.pytorch.callbacks import timer
 
-from srupp_asr import lm_train
 from srupp_asr.cli import main
 from srupp_asr.decoding import DecodingOptions, decode_encoded
 from srupp_asr.decoding.beam_search import beam_search
@@ -33,7 +33,8 @@ from srupp_asr.decoding.rescoring import attention_scores
 from srupp_asr.decoding.scorers import CTCPrefixScorer, LMScorer
 from srupp_asr.errors import UserError
 from srupp_asr.lm import SOS_EOS_ID, SRUppLM, load_lm, save_lm
-from srupp_asr.lm_train import LMTrainConfig, evaluate_perplexity, make_batches, train_lm
+from srupp_asr.lm_lightning import evaluate_perplexity, make_batches
+from srupp_asr.lm_train import LMTrainConfig, train_lm
 from srupp_asr.model import ASRModel
 from srupp_asr.model_dir import write_model_dir
 from srupp_asr.schedulers import NoamLR
@@ -403,7 +404,7 @@ def test_sigterm_stops_train_lm_after_the_step_with_its_state_saved(tokenizer: T
     assert proc.stderr.strip().splitlines()[-1] == (
         f"srupp-asr train-lm: terminated (SIGTERM) after step 3: saved {state}; resume with --resume"
     )
-    assert torch.load(state, weights_only=True)["progress"]["step"] == 3
+    assert torch.load(state, weights_only=True)["global_step"] == 3
 
 
 # ------------------------------------------------------------------------------------------ an LM in a model directory
@@ -550,6 +551,12 @@ def lm_corpus(tmp_path_factory) -> tuple[Path, Path]:
     return tok.path, text
 
 
+STEPS_PER_EPOCH = 18
+STEPS = MAX_EPOCHS * STEPS_PER_EPOCH
+# The steps after which the runs validate (and save their state): every 4 batches of an epoch and at its end.
+VALIDATIONS = sorted({e * STEPS_PER_EPOCH + b for e in range(MAX_EPOCHS) for b in (4, 8, 12, 16, STEPS_PER_EPOCH)})
+
+
 def argv(lm_corpus, out: Path, *extra: str, epochs: int = MAX_EPOCHS) -> list[str]:
     tok, text = lm_corpus
     args = ["train-lm", "--tokenizer", str(tok), "--train-text", str(text), "--valid-text", str(text)]
@@ -568,20 +575,29 @@ def reference(lm_corpus, tmp_path_factory) -> tuple[dict, dict]:
     return state_of(out), load_lm(out)[0].state_dict()
 
 
+def progress(state: dict) -> dict:
+    """Where a saved run stands: Lightning's step and epoch, the data module's place in its epoch, the best ppl."""
+    return {
+        "step": state["global_step"],
+        "epoch": state["epoch"],
+        "data": state["LMDataModule"],
+        "best": state["train_lm"]["best"],
+    }
+
+
 def assert_same_run(out: Path, reference: tuple[dict, dict]) -> None:
     """Bitwise the reference run's weights, optimiser state, generator state, progress and best LM."""
     ref, ref_lm = reference
     got = state_of(out)
-    for key, value in ref["model"].items():
-        assert torch.equal(got["model"][key], value), (key, float((got["model"][key] - value).abs().max()))
-    for i, slot in ref["optimizer"]["state"].items():
+    for key, value in ref["state_dict"].items():
+        assert torch.equal(got["state_dict"][key], value), (key, float((got["state_dict"][key] - value).abs().max()))
+    for i, slot in ref["optimizer_states"][0]["state"].items():
         for name, value in slot.items():
-            assert torch.equal(got["optimizer"]["state"][i][name], value), (i, name)
-    assert got["scheduler"]["last_epoch"] == ref["scheduler"]["last_epoch"]
-    assert torch.equal(got["rng"]["cpu"], ref["rng"]["cpu"])  # dropout drew exactly what it drew in the reference
-    assert {k: got["progress"][k] for k in ("epoch", "batch", "step", "best")} == {
-        k: ref["progress"][k] for k in ("epoch", "batch", "step", "best")
-    }
+            assert torch.equal(got["optimizer_states"][0]["state"][i][name], value), (i, name)
+    assert got["lr_schedulers"][0]["last_epoch"] == ref["lr_schedulers"][0]["last_epoch"]
+    # dropout drew exactly what it drew in the reference
+    assert torch.equal(got["rng_states"]["torch"], ref["rng_states"]["torch"])
+    assert progress(got) == progress(ref)
     for key, value in load_lm(out)[0].state_dict().items():
         assert torch.equal(value, ref_lm[key]), key
 
@@ -592,7 +608,7 @@ class Killed(BaseException):
 
 # Scenarios: {step: how the run is stopped as that step ends}; the run is resumed until it completes.
 # term / int: SIGTERM / Ctrl-C; kill: kill -9 (the state on disk is the last validation's); time: --max-time runs
-# out; valterm: SIGTERM during the next validation (after its first batch).
+# out (resumed with a larger one); valterm: SIGTERM during the next validation (after its first batch).
 SCENARIOS = {
     "sigterm-mid-epoch": {5: "term"},
     "sigterm-at-epoch-end": {18: "term"},
@@ -609,6 +625,7 @@ SCENARIOS = {
 STOP_IN_A_CHILD = """
 import os, signal, sys, torch
 from srupp_asr.cli import main
+from srupp_asr.lightning_checkpoints import AtomicCheckpointIO
 from srupp_asr.schedulers import NoamLR
 
 how, argv = sys.argv[1], sys.argv[2:]
@@ -617,15 +634,15 @@ def step_and_signal(self, *args, **kwargs):
     step(self, *args, **kwargs)
     if self.last_epoch == 6 and how != "kill-9-mid-save":
         os.kill(os.getpid(), {"sigterm": signal.SIGTERM, "ctrl-c": signal.SIGINT}[how])
-def half_a_save_then_kill_9(obj, path, *args, **kwargs):  # the second state save (step 8): killed half-way
-    if "progress" in obj and obj["progress"]["step"] == 8:
-        save(obj, path)
-        with open(path, "r+b") as f:
-            f.truncate(os.path.getsize(path) // 2)
+def half_a_save_then_kill_9(self, checkpoint, tmp):  # the second state save (step 8): killed half-way
+    dump(self, checkpoint, tmp)
+    if checkpoint["global_step"] == 8:
+        with open(tmp, "r+b") as f:
+            f.truncate(os.path.getsize(tmp) // 2)
         os.kill(os.getpid(), signal.SIGKILL)
-    save(obj, path, *args, **kwargs)
 NoamLR.step = step_and_signal
-torch.save = half_a_save_then_kill_9
+dump = AtomicCheckpointIO._dump
+AtomicCheckpointIO._dump = half_a_save_then_kill_9
 sys.exit(main(argv))
 """
 
@@ -668,9 +685,10 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
         # Was: the random generator state (dropout) was not saved and a resumed run reseeded it: weights 0.026-0.15 off.
         actions = dict(SCENARIOS[name])
         clock = {"now": 0.0}
-        monkeypatch.setattr(lm_train, "time", types.SimpleNamespace(monotonic=lambda: clock["now"]))
+        monkeypatch.setattr(timer, "time", types.SimpleNamespace(monotonic=lambda: clock["now"]))
         step, nll = NoamLR.step, SRUppLM.sentence_nll
         armed = {"valterm": False}
+        budget = {"minutes": 1}
 
         def step_and_stop(self, *args, **kwargs):
             step(self, *args, **kwargs)
@@ -682,7 +700,7 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
             elif action == "kill":
                 raise Killed
             elif action == "time":
-                clock["now"] = 1e9
+                clock["now"] = budget["minutes"] * 60 + 1
             elif action == "valterm":
                 armed["valterm"] = True
 
@@ -699,29 +717,28 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
         for _ in range(5):
             clock["now"] = 0.0
             try:
-                status = main(argv(lm_corpus, out, "--max-time", "1", *resume))
+                status = main(argv(lm_corpus, out, "--max-time", str(budget["minutes"]), *resume))
             except Killed:
                 status = "killed"
-            progress = state_of(out)["progress"]
-            stops.append((status, progress["step"], progress["validate"]))
+            stops.append((status, state_of(out)["global_step"]))
             # finished as asked (all epochs, or --max-time) marks OUT.train.done; a stop, a kill, a run under way do not
             assert Path(f"{out}.train.done").is_file() == (status == 0), (status, stops)
             resume = ["--resume"]
-            if progress["epoch"] == MAX_EPOCHS and not progress["validate"]:
+            if status == 0 and stops[-1][1] == STEPS:
                 break
+            budget["minutes"] *= 10  # --max-time counts every resume's training time: a stopped run gets more
         assert not actions, f"stops not reached: {actions}"
-        # Each stop saved the state where it should: at the step (SIGTERM, Ctrl-C, --max-time), at the last periodic
-        # validation (kill -9), or with the validation it cut short still to do (SIGTERM during validation).
-        expected = {"term": (143, False), "int": (130, False), "kill": ("killed", False), "time": (0, False)}
-        expected["valterm"] = (143, True)
-        for (step, action), (status, saved_at, validate) in zip(SCENARIOS[name].items(), stops, strict=False):
-            assert (status, validate) == expected[action], stops
-            assert saved_at == (step // 4 * 4 if action == "kill" else step), stops
+        # Each stop saved the state where it should: at the step (SIGTERM, Ctrl-C, --max-time, SIGTERM during the
+        # validation after it), or at the last validation before it (kill -9).
+        expected = {"term": 143, "int": 130, "kill": "killed", "time": 0, "valterm": 143}
+        for (step, action), (status, saved_at) in zip(SCENARIOS[name].items(), stops, strict=False):
+            assert status == expected[action], stops
+            assert saved_at == (max(v for v in VALIDATIONS if v <= step) if action == "kill" else step), stops
         assert len(stops) == len(SCENARIOS[name]) + 1 and stops[-1][0] == 0, stops
         assert_same_run(out, reference)
         done = json.loads(Path(f"{out}.train.done").read_text())
-        assert done["steps"] == reference[0]["progress"]["step"] and done["epochs"] == MAX_EPOCHS
-        assert done["best_valid_ppl"] == reference[0]["progress"]["best"] and done["state"] == f"{out}.train.pt"
+        assert done["steps"] == STEPS and done["epochs"] == MAX_EPOCHS
+        assert done["best_valid_ppl"] == reference[0]["train_lm"]["best"] and done["state"] == f"{out}.train.pt"
 
     @pytest.mark.process  # a training child stopped by a real signal (kill -9 too), then resumed
     @pytest.mark.parametrize(
@@ -744,13 +761,13 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
         if line is not None:
             last = proc.stderr.strip().splitlines()[-1]
             assert last == f"srupp-asr train-lm: {line}: saved {state}; resume with --resume", last
-            assert state_of(out)["progress"]["step"] == 6
+            assert state_of(out)["global_step"] == 6
         else:  # the kill left the step-4 state whole, and a half-written hidden temporary file beside it
-            assert state_of(out)["progress"]["step"] == 4
-            assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".") and p.suffix == ".pt"]
+            assert state_of(out)["global_step"] == 4
+            assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".") and p.suffix == ".partial"]
         assert main(argv(lm_corpus, out, "--resume")) == 0
         assert_same_run(out, reference)
-        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and p.suffix == ".pt"]  # swept
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and p.suffix == ".partial"]  # swept
 
     def test_a_resume_with_other_settings_is_refused_naming_the_state_file(self, lm_corpus, tmp_path, capsys) -> None:
         # Was: only the LM's shape was compared; another --lr, --batch-tokens, --seed, tokenizer with as many pieces,
@@ -800,18 +817,16 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
         assert main(argv(lm_corpus, out, epochs=1)) == 0
         good = state.read_bytes()
         saved = state_of(out)
-        wrong_shape = dict(saved, model=dict(saved["model"], **{"out.bias": torch.zeros(3)}))
+        wrong_shape = dict(saved, state_dict=dict(saved["state_dict"], **{"lm.out.bias": torch.zeros(3)}))
         cases = [
             (b"", "empty file (0 bytes), not a checkpoint"),
             (good[: len(good) // 2], "not a readable PyTorch checkpoint"),
-            (torch.zeros(3), "not a train-lm state (no model, optimizer, scheduler, progress, config)"),
-            ({"model": {}}, "not a train-lm state (no optimizer, scheduler, progress, config)"),
-            (
-                dict(saved, progress={"epoch": "1", "batch": 0, "step": 0, "best": 1.0}),
-                "not a train-lm state (bad epoch)",
-            ),
-            (wrong_shape, "not a usable train-lm state (Error(s) in loading state_dict for SRUppLM:"),
-            (dict(saved, rng={"cpu": torch.zeros(3)}), "not a usable train-lm state"),
+            (torch.zeros(3), "not a train-lm state (no state_dict, optimizer_states, lr_schedulers, loops, train_lm)"),
+            ({"state_dict": {}}, "not a train-lm state (no optimizer_states, lr_schedulers, loops, train_lm)"),
+            (dict(saved, epoch="1"), "not a train-lm state (bad epoch)"),
+            (dict(saved, train_lm=dict(saved["train_lm"], best="low")), "not a train-lm state (bad best)"),
+            (wrong_shape, "not a usable train-lm state (Error(s) in loading state_dict for LMLightningModule:"),
+            (dict(saved, rng_states={"torch": torch.zeros(3)}), "not a usable train-lm state"),
             (types.SimpleNamespace(a=1), "holds Python objects other than tensors and plain data"),
         ]
         for content, message in cases:
@@ -854,11 +869,11 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
         assert main(argv(lm_corpus, out, epochs=1)) == 0
         shutil.rmtree(out)
         assert main(argv(lm_corpus, out, "--resume", epochs=1)) == 0  # the run is finished: nothing left to train
-        assert f"{out} holds no LM any more: the next validation writes one" in caplog.text
+        assert f"{out} holds no LM any more: wrote the saved weights there" in caplog.text
         lm, _ = load_lm(out)
         saved = state_of(out)
-        assert all(torch.equal(v, saved["model"][k]) for k, v in lm.state_dict().items())
-        assert saved["progress"]["step"] == 18 and not saved["progress"]["validate"]
+        assert all(torch.equal(v, saved["state_dict"][f"lm.{k}"]) for k, v in lm.state_dict().items())
+        assert saved["global_step"] == STEPS_PER_EPOCH
 
     def test_validation_perplexity_equals_a_float64_token_by_token_computation(self) -> None:
         torch.manual_seed(0)
