@@ -2,9 +2,10 @@
 
 Each row is a fresh ``python -m srupp_asr.cli train-lm`` process (2 threads) training the built-in model's LM shape
 (d_model 256, 3 layers, attention 128, the shipped tokenizer) for ``--epochs`` epochs on sentences made from the
-repository's own docs (offline, the same every run), validating at each epoch's end. The table gives the wall time
-from start to exit and the training time (from the "SRU++ LM with" log line to the last validation line: start-up
-and text reading left out), their medians over ``--repeats`` interleaved runs, and the ratio to the baseline::
+repository's own docs (offline, the same every run), validating at each epoch's end and logging every step. The
+table gives the wall time from start to exit, the seconds per training step (between the first and the last step's
+log lines: start-up, text reading and validation left out), their medians over ``--repeats`` interleaved runs, and
+the ratio to the baseline::
 
     git archive 27170b9 srupp_asr | tar -x -C /tmp/own_loop     # the last tree with train-lm's own loop
     python benchmarks/lm_train_speed.py --baseline /tmp/own_loop --repeats 3
@@ -41,11 +42,12 @@ def sentences(count: int, seed: int = 0) -> list[str]:
 
 
 def run(tree: Path, texts: tuple[Path, Path], out: Path, epochs: int, threads: int) -> tuple[float, float, int]:
-    """Wall seconds, training seconds and steps of one train-lm run with ``tree``'s srupp_asr."""
+    """Wall seconds, seconds per training step (validation left out) and steps of one train-lm run with ``tree``'s
+    srupp_asr."""
     train, valid = texts
     cmd = [sys.executable, "-m", "srupp_asr.cli", "train-lm", "--tokenizer", str(TOKENIZER)]
     cmd += ["--train-text", str(train), "--valid-text", str(valid), "--out-dir", str(out), *SHAPE]
-    cmd += ["--max-epochs", str(epochs), "--log-every", "0"]
+    cmd += ["--max-epochs", str(epochs), "--log-every", "1"]
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads)}
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env)
@@ -57,10 +59,14 @@ def run(tree: Path, texts: tuple[Path, Path], out: Path, epochs: int, threads: i
         for m in map(STAMP.match, done.stderr.splitlines())
         if m
     ]
-    first = next(t for t, text in stamps if text.startswith("SRU++ LM with"))
-    last = [t for t, text in stamps if "valid ppl" in text][-1]
     steps = int(re.search(r"after (\d+) steps", done.stdout)[1])
-    return wall, (last - first).total_seconds(), steps
+    # per epoch: the first step's line to the last one's (an epoch's validation comes after its last step)
+    seconds, counted = 0.0, 0
+    for epoch in range(epochs):
+        times = [t for t, text in stamps if re.match(rf"epoch {epoch} step \d+ train ppl", text)]
+        seconds += (times[-1] - times[0]).total_seconds()
+        counted += len(times) - 1
+    return wall, seconds / max(counted, 1), steps
 
 
 def main() -> None:
@@ -83,14 +89,16 @@ def main() -> None:
     print(f"train-lm, {args.sentences} sentences x {args.epochs} epochs, built-in LM shape, {args.threads} threads;")
     print(f"{datetime.date.today()}; {platform.machine()}, {os.cpu_count()} CPUs; median (range) of {args.repeats}")
     print()
-    print("| loop | steps | training s | wall s | training s / step | ratio |")
+    print("| loop | steps | s / training step | ratio | wall s, start to exit | ratio |")
     print("| --- | --- | --- | --- | --- | --- |")
-    base = statistics.median(r[1] / r[2] for r in results["own loop (baseline)"])
+    base = [statistics.median(r[k] for r in results["own loop (baseline)"]) for k in (1, 0)]
     for name, rows in results.items():
-        train, wall = [r[1] for r in rows], [r[0] for r in rows]
-        per_step = statistics.median(r[1] / r[2] for r in rows)
-        cells = [f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})" for v in (train, wall)]
-        print(f"| {name} | {rows[0][2]} | {cells[0]} | {cells[1]} | {per_step:.3f} | {per_step / base:.2f} |")
+        step, wall = [r[1] for r in rows], [r[0] for r in rows]
+        cells = []
+        for values, ref, digits in ((step, base[0], 3), (wall, base[1], 1)):
+            median = statistics.median(values)
+            cells += [f"{median:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})", f"{median / ref:.2f}"]
+        print(f"| {name} | {rows[0][2]} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":
