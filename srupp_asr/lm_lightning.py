@@ -175,6 +175,7 @@ class LMLightningModule(L.LightningModule):
         self.settings = dict(settings or {})
         self.log_every = log_every
         self.best = math.inf
+        self.best_reset = False  # True: a resumed run forgets the saved best perplexity (its LM directory is gone)
         self._valid = [0.0, 0]  # this validation's summed NLL and tokens
         self._train = [0.0, 0]  # the same for the training steps since the last log line
         self._resumed_rng_states: dict[str, Any] | None = None
@@ -246,5 +247,3 @@ class LMLightningModule(L.LightningModule):
         if self._trainer is not None:
             self._resumed_rng_states = checkpoint.get("rng_states")
             prepare_resume(checkpoint, "LMDataModule")
-
-    best_reset = False  # True: a resumed run forgets the saved best perplexity (its LM directory is gone)

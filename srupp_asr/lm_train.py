@@ -201,7 +201,7 @@ def _train(cfg: LMTrainConfig, device: torch.device, state_path: Path) -> dict[s
     data = LMDataModule(train, valid, cfg.batch_tokens, cfg.seed)
     if saved is not None:
         _check_resumable(state_path, saved, settings, module.lm.config)
-        _check_usable(state_path, saved, module, device)
+        _check_usable(state_path, saved, module)
     trainer = _trainer(cfg, device, state_path)
     start = time.monotonic()
     _fit(trainer, module, data, state_path if saved is not None else None)
@@ -384,10 +384,9 @@ def _check_resumable(path: Path, state: dict, settings: dict, config: dict) -> N
         log.warning("train-lm: %s was saved on %s: dropout will differ from an unstopped run", path, saved_on)
 
 
-def _check_usable(path: Path, state: dict, module, device: torch.device) -> None:
+def _check_usable(path: Path, state: dict, module) -> None:
     """A one-line UserError naming ``path`` when its weights or generator states do not fit ``module`` (before
     Lightning loads them, mid-way); when the LM directory is gone, the saved weights are written there now."""
-    import torch
 
     from srupp_asr.lightning_module import rng_states, set_rng_states
     from srupp_asr.lm import save_lm
@@ -407,8 +406,6 @@ def _check_usable(path: Path, state: dict, module, device: torch.device) -> None
         log.warning("train-lm: %s holds no LM any more: wrote the saved weights there", module.out_dir)
         save_lm(module.lm, module.tokenizer_path, module.out_dir)
         module.best_reset = True
-    with torch.no_grad():
-        module.to(device)
 
 
 def check_lm_options(cfg: LMTrainConfig) -> None:
