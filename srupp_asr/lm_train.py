@@ -202,9 +202,10 @@ def _train(cfg: LMTrainConfig, device: torch.device, state_path: Path) -> dict[s
     if saved is not None:
         _check_resumable(state_path, saved, settings, module.lm.config)
         _check_usable(state_path, saved, module)
-    trainer = _trainer(cfg, device, state_path)
     start = time.monotonic()
-    _fit(trainer, module, data, state_path if saved is not None else None)
+    with _lightning_quiet():
+        trainer = _trainer(cfg, device, state_path)
+        _fit(trainer, module, data, state_path if saved is not None else None)
     return {
         "steps": trainer.global_step,
         "epochs": trainer.current_epoch,
@@ -218,7 +219,6 @@ def _trainer(cfg: LMTrainConfig, device: torch.device, state_path: Path):
     """A Lightning Trainer with the ASR trainer's pieces: atomic checkpoints (``state_path``, written after every
     validation and at a stop), the stop on SIGTERM or Ctrl-C after a step; no loggers or bars (log lines instead)."""
     import datetime
-    import warnings
 
     import lightning as L
 
@@ -227,8 +227,6 @@ def _trainer(cfg: LMTrainConfig, device: torch.device, state_path: Path):
     from srupp_asr.train import stop_checkpoint_class, with_atomic_checkpoints
 
     quiet_lightning()
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no "GPU available" lines
-    warnings.filterwarnings("ignore", message=r".*does not have many workers", module="lightning")
     accelerator = {"cpu": "cpu", "cuda": "gpu"}.get(device.type, device.type)
     trainer = L.Trainer(
         accelerator=accelerator,
@@ -262,6 +260,23 @@ def _validate_at_epoch_ends(trainer) -> None:
         return should_check(data_fetcher) or (loop._should_check_val_epoch() and loop.batch_progress.is_last_batch)
 
     loop._should_check_val_fx = or_at_the_epoch_end
+
+
+@contextlib.contextmanager
+def _lightning_quiet() -> Iterator[None]:
+    """While training: no Lightning info lines ("GPU available: ..."; train-lm logs its own) and no note that the
+    loaders have no workers (the sentences are in memory); both as they were afterwards."""
+    import warnings
+
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*does not have many workers")
+            yield
+    finally:
+        lightning_log.setLevel(level)
 
 
 def _fit(trainer, module, data, ckpt_path: Path | None) -> None:
