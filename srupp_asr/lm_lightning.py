@@ -13,8 +13,8 @@ or Ctrl-C after a step, exact mid-epoch resume.
 - A step: the summed negative log-likelihood of the batch's tokens (``<sos/eos>`` at the end included) over their
   number; Adam with the Noam schedule, stepped every update. Gradient clipping is the trainer's.
 - Validation: the per-token perplexity of the validation sentences, ``exp(sum of NLL / tokens)`` summed in
-  float64 (equal to :func:`evaluate_perplexity`); logged as ``valid/ppl``. When it is the lowest so far the LM is
-  written to ``out_dir`` (:func:`srupp_asr.lm.save_lm`, atomically).
+  float64; logged as ``valid/ppl``. In a fit, when it is the lowest so far the LM is written to ``out_dir``
+  (:func:`srupp_asr.lm.save_lm`, atomically).
 - Checkpoints carry, besides Lightning's state, the random generators' states (dropout draws from them; set back
   before the first step of a resumed fit), the best perplexity so far and ``train_lm``: the settings a resumed run
   must share (:mod:`srupp_asr.lm_train` compares them before anything is read).
@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import lightning as L
@@ -62,34 +62,6 @@ def make_batches(sentences: Sequence[Sequence[int]], batch_tokens: int) -> list[
 def token_count(sentences: Sequence[Sequence[int]]) -> int:
     """Tokens an LM predicts for ``sentences``: each one's pieces and its ``<sos/eos>``."""
     return sum(len(y) + 1 for y in sentences)
-
-
-class ValidationStopped(Exception):
-    """:func:`evaluate_perplexity` was asked to stop (``should_stop``) before its last batch."""
-
-
-def evaluate_perplexity(
-    model: SRUppLM,
-    sentences: Sequence[Sequence[int]],
-    batch_tokens: int,
-    should_stop: Callable[[], bool] | None = None,
-) -> float:
-    """Per-token perplexity of ``sentences`` (``<sos/eos>`` at the end counted as a token); draws no random numbers.
-    ``should_stop`` is asked before each batch but the first: True raises :class:`ValidationStopped`."""
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    try:
-        with torch.inference_mode():
-            for k, batch in enumerate(make_batches(sentences, batch_tokens)):
-                if k and should_stop is not None and should_stop():
-                    raise ValidationStopped
-                chosen = [sentences[i] for i in batch]
-                total += float(model.sentence_nll(chosen).double().sum())
-                count += token_count(chosen)
-    finally:
-        model.train(was_training)
-    return math.exp(total / max(count, 1))
 
 
 class ShuffledBatches:
@@ -220,11 +192,13 @@ class LMLightningModule(L.LightningModule):
         self._valid[1] += token_count(batch)
 
     def on_validation_epoch_end(self) -> None:
-        """The perplexity; the LM written when it is the best so far."""
+        """The perplexity, logged; in a fit, the LM written when it is the best so far."""
         if self.trainer.sanity_checking:
             return
         ppl = math.exp(self._valid[0] / max(self._valid[1], 1))
         self.log("valid/ppl", ppl)
+        if self.trainer.state.fn != "fit":
+            return
         improved = ppl < self.best
         if improved:
             self.best = ppl
@@ -246,4 +220,4 @@ class LMLightningModule(L.LightningModule):
         self.best = float(saved.get("best", math.inf)) if not self.best_reset else math.inf
         if self._trainer is not None:
             self._resumed_rng_states = checkpoint.get("rng_states")
-            prepare_resume(checkpoint, "LMDataModule")
+            prepare_resume(checkpoint, LMDataModule.__qualname__)

@@ -62,11 +62,6 @@ from srupp_asr.checks import (
 )
 from srupp_asr.errors import UserError, first_line
 from srupp_asr.fileio import LockHeld, atomic_write_text, take_pid_lock
-from srupp_asr.interrupts import (
-    EXIT_STATUS,
-    INTERRUPTED_STATUS,
-    Terminated,
-)
 
 if TYPE_CHECKING:
     import torch
@@ -283,19 +278,13 @@ def _fit(trainer, module, data, ckpt_path: Path | None) -> None:
     """``trainer.fit``; a stop on SIGTERM or Ctrl-C is a :class:`Terminated` naming the state file saved."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from srupp_asr.train import stop_saved
+    from srupp_asr.train import stop_saved, stopped_by_signal
 
     stop_saved.clear()
     try:
         trainer.fit(module, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
     except SIGTERMException:  # Lightning's stop after StopCheckpoint saved the state
-        how, status = "terminated (SIGTERM)", EXIT_STATUS
-        if stop_saved.get("reason") == "Ctrl-C":
-            how, status = "interrupted (Ctrl-C)", INTERRUPTED_STATUS
-        if "path" not in stop_saved:
-            raise Terminated(f"{how}; no state saved at the stop", status) from None
-        where = f"after step {stop_saved['step']}: saved {stop_saved['path']}; resume with --resume"
-        raise Terminated(f"{how} {where}", status) from None
+        raise stopped_by_signal("--resume") from None
     except SystemExit as err:
         if isinstance(err.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after a second Ctrl-C
             raise KeyboardInterrupt from None

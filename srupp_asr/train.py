@@ -453,9 +453,8 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         if isinstance(err, SIGTERMException):  # Lightning's stop after SIGTERM (a SystemExit that would exit 0)
-            status = INTERRUPTED_STATUS if stop_saved.get("reason") == "Ctrl-C" else EXIT_STATUS
-            message = _stopped_message() if _is_rank_zero() else ""  # the other ranks: quiet
-            raise Terminated(message, status) from None
+            stopped = stopped_by_signal("--ckpt_path last")
+            raise Terminated(str(stopped) if _is_rank_zero() else "", stopped.status) from None  # others: quiet
         if isinstance(err.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after Ctrl-C: the CLI's 130
             raise KeyboardInterrupt from None
         raise
@@ -463,12 +462,16 @@ def run_train(argv: Sequence[str]) -> LightningCLI:
         release_run_dirs()
 
 
-def _stopped_message() -> str:
-    """What :class:`StopCheckpoint` did, for the one line the CLI prints at a SIGTERM or Ctrl-C stop."""
-    how = "interrupted (Ctrl-C)" if stop_saved.get("reason") == "Ctrl-C" else "terminated (SIGTERM)"
+def stopped_by_signal(resume: str) -> Terminated:
+    """What :class:`StopCheckpoint` did at a SIGTERM or Ctrl-C stop, as the one line and exit status the CLI gives
+    (``resume``: the option that goes on from the saved checkpoint)."""
+    ctrl_c = stop_saved.get("reason") == "Ctrl-C"
+    how = "interrupted (Ctrl-C)" if ctrl_c else "terminated (SIGTERM)"
+    status = INTERRUPTED_STATUS if ctrl_c else EXIT_STATUS
     if "path" not in stop_saved:
-        return f"{how}; no checkpoint saved at the stop"
-    return f"{how} after step {stop_saved['step']}: saved {stop_saved['path']}; resume with --ckpt_path last"
+        return Terminated(f"{how}; no checkpoint saved at the stop", status)
+    saved = f"after step {stop_saved['step']}: saved {stop_saved['path']}"
+    return Terminated(f"{how} {saved}; resume with {resume}", status)
 
 
 def _one_line(message: str, argv: Sequence[str], configs: Sequence[str]) -> str:

@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import timer
 
 from srupp_asr.cli import main
 from srupp_asr.lm import SOS_EOS_ID, SRUppLM, load_lm
-from srupp_asr.lm_lightning import evaluate_perplexity, make_batches
+from srupp_asr.lm_lightning import LMDataModule, LMLightningModule, make_batches
 from srupp_asr.lm_train import LMTrainConfig, train_lm
 from srupp_asr.schedulers import NoamLR
 from srupp_asr.tokenizer import Tokenizer
@@ -488,7 +488,9 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
         assert all(torch.equal(v, saved["state_dict"][f"lm.{k}"]) for k, v in lm.state_dict().items())
         assert saved["global_step"] == STEPS_PER_EPOCH
 
-    def test_validation_perplexity_equals_a_float64_token_by_token_computation(self) -> None:
+    def test_validation_perplexity_equals_a_float64_token_by_token_computation(self, tmp_path) -> None:
+        import lightning as L
+
         torch.manual_seed(0)
         lm = SRUppLM(30, d_model=32, num_layers=3, attn_dim=16, num_heads=2, dropout=0.3, attn_dropout=0.3)
         for layer in lm.body.layers:
@@ -498,7 +500,13 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
         lens = torch.randint(1, 15, (25,), generator=g).tolist()
         sentences = [torch.randint(3, 30, (n,), generator=g).tolist() for n in lens]
         expected = float64_perplexity(lm, sentences)
-        lm.train()
+        # train-lm's own validation: the module's steps over the data module's batches, run by a Lightning Trainer
+        module = LMLightningModule(lm.config, 0.01, 5, 0.0, str(tmp_path / "lm"), "unused.model")
+        module.lm.load_state_dict(lm.state_dict())
+        module.train()
         for batch_tokens in (1, 13, 40, 10_000):  # one sentence per batch, padded batches, all in one
-            assert evaluate_perplexity(lm, sentences, batch_tokens) == pytest.approx(expected, rel=1e-6)
-        assert lm.training  # evaluated in eval mode (no dropout), training mode given back
+            trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+            trainer.validate(module, datamodule=LMDataModule([], sentences, batch_tokens, 0), verbose=False)
+            assert float(trainer.callback_metrics["valid/ppl"]) == pytest.approx(expected, rel=1e-6)
+        assert module.training  # evaluated in eval mode (no dropout), training mode given back
+        assert not (tmp_path / "lm").exists()  # validation outside a fit writes no LM
