@@ -48,6 +48,7 @@ SRUPP = Path(sys.executable).with_name("srupp-asr")
 MODES = {
     "defaults": [],
     "int8": ["--compute-type", "int8"],
+    "bfloat16": ["--compute-type", "bfloat16"],
     "ctc_greedy": ["--decoding", "ctc_greedy"],
     "ctc_greedy_int8": ["--decoding", "ctc_greedy", "--compute-type", "int8"],
 }

@@ -15,7 +15,7 @@ a fresh process with ``--threads`` torch threads (default 2), through :func:`sru
 Modes: ``default`` (``transcribe`` with no ``--decoding``: what a user gets, with the model directory's own LM
 when it carries one), ``default_no_lm`` (the same with ``--no-lm``), ``joint``, ``ctc_prefix_beam``.
 
-``--compute-types float32 int8`` runs each mode in each compute type (``transcribe --compute-type``).
+``--compute-types float32 int8 bfloat16`` runs each mode in each compute type (``transcribe --compute-type``).
 
 Language model: ``--lm DIR`` fuses DIR in every mode but ``default_no_lm`` (as ``transcribe --lm``), and
 ``--lm-weights W ...`` repeats each such mode for each weight (0: no LM; without ``--lm``, the model directory's own
@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+
+from srupp_asr.compute_types import COMPUTE_TYPES
 
 SENTENCES = [
     "a small boat drifted slowly past the old stone bridge",
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lm-weights", type=float, nargs="+", metavar="W", help="run each mode at each LM weight")
     p.add_argument("--sentences", type=Path, metavar="FILE", help="speak these lines instead of the benchmark's")
     p.add_argument(
-        "--compute-types", nargs="+", default=["float32"], choices=("float32", "int8"), help="run each mode in each"
+        "--compute-types", nargs="+", default=["float32"], choices=COMPUTE_TYPES, help="run each mode in each"
     )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

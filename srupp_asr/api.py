@@ -68,6 +68,7 @@ def load_model(
 ) -> Model:
     """Load a model once for many :meth:`Model.transcribe` calls: ``name_or_dir`` a model directory (what
     ``srupp-asr average`` or ``export`` wrote), or None / ``"default"`` for the built-in model; ``device``
-    ``cpu``, ``cuda`` or ``auto`` (a GPU when there is one); ``compute_type`` ``float32``, or ``int8`` (the
-    Linear layers quantised; CPU only, so ``auto`` means the CPU; :mod:`srupp_asr.compute_types`)."""
+    ``cpu``, ``cuda`` or ``auto`` (a GPU when there is one); ``compute_type`` ``float32``, ``int8`` (the
+    Linear layers quantised; CPU only, so ``auto`` means the CPU) or ``bfloat16`` (the encoder in bfloat16 autocast,
+    where the device does it natively; :mod:`srupp_asr.compute_types`)."""
     return Model.load(name_or_dir, device, compute_type)

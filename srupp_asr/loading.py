@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, check_compute_type
+from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, check_compute_type, check_native_bfloat16
 from srupp_asr.decoding.settings import DEFAULT_LM_WEIGHT, check_lm_flags
 from srupp_asr.errors import UserError
 
@@ -51,13 +51,19 @@ def resolve_device(device: str) -> str:
 
 def compute_device(compute_type: str, device: str) -> str:
     """The device a model of ``compute_type`` runs on for the requested ``device`` (``cpu``, ``cuda``, ``auto``):
-    int8 runs on the CPU only, so ``auto`` picks the CPU for it and ``cuda`` is a one-line UserError."""
+    int8 runs on the CPU only, so ``auto`` picks the CPU for it and ``cuda`` is a one-line UserError; bfloat16 runs
+    only where the device does bfloat16 natively (one line otherwise)."""
     check_compute_type(compute_type)
     if compute_type == "int8":
         if device != "auto" and resolve_device(device) != "cpu":
             raise UserError(f"--compute-type int8 runs on the CPU only, not on --device {device} (use --device cpu)")
         return "cpu"
-    return resolve_device(device)
+    resolved = resolve_device(device)
+    if compute_type == "bfloat16":
+        import torch
+
+        check_native_bfloat16(torch.device(resolved))
+    return resolved
 
 
 @dataclass(frozen=True)
@@ -174,8 +180,9 @@ class LoadedModel:
         compute_type: str = DEFAULT_COMPUTE_TYPE,
     ) -> Self:
         """Load ``name_or_dir`` (a model directory, or None / ``"default"`` for the built-in model) on ``device``
-        (``cpu``, ``cuda``, ``cuda:1`` or ``auto``) in ``compute_type`` (``float32``, or ``int8`` on the CPU:
-        :mod:`srupp_asr.compute_types`); a UserError naming the problem when it cannot be loaded."""
+        (``cpu``, ``cuda``, ``cuda:1`` or ``auto``) in ``compute_type`` (``float32``, ``int8`` on the CPU, or
+        ``bfloat16`` where the device does it natively: :mod:`srupp_asr.compute_types`); a UserError naming the
+        problem when it cannot be loaded."""
         from srupp_asr.model_dir import load_model_dir
 
         resolved = compute_device(compute_type, device)

@@ -94,6 +94,9 @@ class ASRModel(nn.Module):
         else:
             self.decoder = None
             self.att_loss = None
+        # The dtype :meth:`encode` runs the encoder in under autocast (``--compute-type bfloat16`` sets it, for
+        # inference; :mod:`srupp_asr.compute_types`); None: the caller's precision (training's own autocast).
+        self.encoder_autocast: torch.dtype | None = None
 
     def set_cmvn(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         """Load global CMVN stats (from :func:`srupp_asr.frontend.load_cmvn`) into the model's buffers."""
@@ -113,7 +116,16 @@ class ASRModel(nn.Module):
 
         The frame counts are on ``audio``'s device. ``audio_lens`` may stay on the host (CPU) while ``audio`` is on an
         accelerator, as a training batch's do (see ``ASRLightningModule.transfer_batch_to_device``): the encoder then
-        learns on the host whether the batch is padded, and the host never waits for the device here."""
+        learns on the host whether the batch is padded, and the host never waits for the device here.
+
+        With :attr:`encoder_autocast` set, the encoder runs under that dtype's autocast and its output is float32."""
+        if self.encoder_autocast is None:
+            return self._encode(audio, audio_lens)
+        with torch.autocast(audio.device.type, dtype=self.encoder_autocast):
+            enc, lens = self._encode(audio, audio_lens)
+        return enc.float(), lens
+
+    def _encode(self, audio: torch.Tensor, audio_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         feats, lens = self.fbank(audio, audio_lens)
         feats = self.cmvn(feats, lens)
         if self.specaugment is not None:

@@ -133,8 +133,8 @@ def transcribe(
     ``inputs`` may instead be samples in memory: a numpy array or torch tensor ((samples,) or (channels, samples))
     or a list of them, at ``sample_rate`` Hz; their transcripts' ``path`` is ``samples-1``, ``samples-2``, ...
     ``model`` may be a model loaded once by :func:`srupp_asr.load_model` (then ``device``, ``compute_type`` and
-    ``threads`` are its own). ``compute_type``: ``float32``, or ``int8`` (the Linear layers quantised, CPU only;
-    :mod:`srupp_asr.compute_types`).
+    ``threads`` are its own). ``compute_type``: ``float32``, ``int8`` (the Linear layers quantised, CPU only) or
+    ``bfloat16`` (the encoder in bfloat16 autocast, where the device does it natively; :mod:`srupp_asr.compute_types`).
 
     ``output_dir`` set: each transcript is also written there as ``<stem>.<format>`` for each of ``output_format``
     (``"txt,srt"``, ``"all"``, or a list), atomically. ``options`` is the

@@ -1,6 +1,8 @@
 """Compute types (``--compute-type``): int8 quantises every Linear of the ASR model per output channel, checked
-against the float32 weights and outputs; the recurrence and attention still get float32; int8 is CPU-only; the
-option reaches the loaded model from the command line and the Python API."""
+against the float32 weights and outputs; the recurrence and attention still get float32; int8 is CPU-only.
+bfloat16 runs the encoder's convolutions and matrix products in bfloat16 (outputs checked against float32), leaves
+training's own autocast alone, and is refused where the device has no native bfloat16. The option reaches the
+loaded model from the command line and the Python API."""
 
 from __future__ import annotations
 
@@ -93,7 +95,7 @@ def test_int8_runs_on_the_cpu_only():
 
 
 def test_an_unknown_compute_type_is_one_line():
-    with pytest.raises(UserError, match=r"^--compute-type float16: unknown \(choose float32 or int8\)$"):
+    with pytest.raises(UserError, match=r"^--compute-type float16: unknown \(choose float32, int8 or bfloat16\)$"):
         check_compute_type("float16")
     with pytest.raises(UserError, match="float16: unknown"):
         compute_device("float16", "cpu")
@@ -134,6 +136,125 @@ def test_the_command_line_passes_compute_type_to_the_loader(model_dir, tmp_path,
         main(["transcribe", str(wav), "--compute_type", "float16"])
     assert refused.value.code == 2
     assert (
-        "--compute-type/--compute_type: invalid choice: 'float16' (choose from 'float32', 'int8')"
+        "--compute-type/--compute_type: invalid choice: 'float16' (choose from 'float32', 'int8', 'bfloat16')"
         in capsys.readouterr().err
     )
+
+
+NATIVE_BF16 = pytest.mark.skipif(
+    not __import__("srupp_asr.compute_types").compute_types.native_bfloat16(torch.device("cpu")),
+    reason="this CPU has no native bfloat16 (AVX512-BF16 or AMX): --compute-type bfloat16 is refused here",
+)
+
+
+def _bf16(model: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    return apply_compute_type(copy.deepcopy(model).eval(), "bfloat16")
+
+
+@NATIVE_BF16
+def test_bfloat16_encoder_output_is_float32_and_close_to_float32_with_the_weights_untouched():
+    model = seeded_model(0, 40, **TWO_LAYERS).eval()
+    audio = torch.randn(2, 16000, generator=torch.Generator().manual_seed(1)) * 0.1
+    lens = torch.tensor([16000, 12000])
+    bf16 = _bf16(model)
+    with torch.inference_mode():
+        ref_enc, ref_lens = model.encode(audio, lens)
+        enc, enc_lens = bf16.encode(audio, lens)
+        ref, got = model.ctc_log_probs(ref_enc), bf16.ctc_log_probs(enc)
+    assert enc.dtype == torch.float32 and torch.equal(enc_lens, ref_lens)
+    assert not torch.equal(enc, ref_enc)  # it did run in bfloat16
+    assert ((enc - ref_enc).norm() / ref_enc.norm()).item() < 0.03
+    assert (got.exp() - ref.exp()).abs().max().item() < 0.05
+    assert {p.dtype for p in bf16.parameters()} == {torch.float32}
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), bf16.state_dict().values(), strict=True))
+
+
+@NATIVE_BF16
+def test_bfloat16_feeds_the_convolutions_and_linears_bfloat16_and_the_recurrence_keeps_float32_state(monkeypatch):
+    seen: dict[str, set[torch.dtype]] = {"conv": set(), "linear": set(), "state": set()}
+    conv, linear, recurrence = torch.nn.functional.conv2d, torch.nn.functional.linear, srupp_asr.sru.sru_recurrence
+
+    def record_conv(x, *args, **kwargs):
+        out = conv(x, *args, **kwargs)
+        seen["conv"].add(out.dtype)
+        return out
+
+    def record_linear(x, *args, **kwargs):
+        out = linear(x, *args, **kwargs)
+        seen["linear"].add(out.dtype)
+        return out
+
+    def record_recurrence(u, x, *args, **kwargs):
+        h, c = recurrence(u, x, *args, **kwargs)
+        seen["state"].add(c.dtype)
+        return h, c
+
+    monkeypatch.setattr(torch.nn.functional, "conv2d", record_conv)
+    monkeypatch.setattr(torch.nn.functional, "linear", record_linear)
+    monkeypatch.setattr(srupp_asr.sru, "sru_recurrence", record_recurrence)
+    model = _bf16(seeded_model(0, 40, **TWO_LAYERS))
+    with torch.inference_mode():
+        enc, _ = model.encode(torch.randn(1, 8000) * 0.1, torch.tensor([8000]))
+        logits = model.ctc_log_probs(enc)
+    assert seen["conv"] == {torch.bfloat16} and torch.bfloat16 in seen["linear"]
+    assert seen["state"] == {torch.bfloat16}  # in u's dtype, computed in float32 (tests/test_recurrence.py)
+    assert logits.dtype == torch.float32  # the CTC head runs outside the encoder's autocast
+
+
+def test_without_a_compute_type_encode_leaves_the_callers_autocast_alone():
+    """Training (bf16-mixed) runs ``encode`` under its own autocast: the model must neither widen nor narrow it."""
+    model = seeded_model(0, 40, **TWO_LAYERS).eval()
+    assert model.encoder_autocast is None
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        enc, _ = model.encode(torch.randn(1, 8000) * 0.1, torch.tensor([8000]))
+    assert enc.dtype == torch.bfloat16
+    with torch.inference_mode():
+        assert model.encode(torch.randn(1, 8000) * 0.1, torch.tensor([8000]))[0].dtype == torch.float32
+
+
+def test_bfloat16_is_refused_in_one_line_where_the_cpu_has_no_native_bfloat16(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    line = (
+        r"^--compute-type bfloat16 needs native bfloat16 arithmetic and this CPU has neither AVX512-BF16 nor AMX: "
+        r"it would run slower than float32 here \(use float32 or int8\)$"
+    )
+    with pytest.raises(UserError, match=line):
+        compute_device("bfloat16", "cpu")
+    with pytest.raises(UserError, match=line):
+        apply_compute_type(seeded_model(0, 40), "bfloat16")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)  # AMX alone is enough
+    assert compute_device("bfloat16", "cpu") == "cpu"
+
+
+@NATIVE_BF16
+def test_the_python_api_and_the_command_line_load_bfloat16_when_asked(model_dir, tmp_path, capsys):
+    from srupp_asr.cli import main
+
+    loaded = srupp_asr.load_model(model_dir, device="cpu", compute_type="bfloat16")
+    assert loaded.net.encoder_autocast == torch.bfloat16 and _linears(loaded.net)
+    assert srupp_asr.load_model(model_dir, device="cpu").net.encoder_autocast is None
+    wav = write_tone(tmp_path / "tone.wav", 0.5)
+    out = tmp_path / "out"
+    assert (
+        main(
+            [
+                "transcribe",
+                str(wav),
+                "--model",
+                str(model_dir),
+                "--no-lm",
+                "-q",
+                "--compute-type",
+                "bfloat16",
+                "-o",
+                str(out),
+                "-f",
+                "json",
+            ]
+        )
+        == 0
+    )
+    assert (out / "tone.json").is_file()
