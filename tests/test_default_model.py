@@ -66,9 +66,9 @@ def test_the_shipped_model_carries_a_small_float16_lm_with_its_tokenizer_and_wei
     assert lm.num_params() < 2_000_000
     _, tokenizer = load_model_dir(SHIPPED)
     check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
-    assert read_fusion_weight(lm_dir) == 0.2
+    assert read_fusion_weight(lm_dir) == 0.4
     choice = choose_lm(SHIPPED, "joint")
-    assert (choice.path, choice.weight) == (lm_dir, 0.2)  # fused by default
+    assert (choice.path, choice.weight) == (lm_dir, 0.4)  # fused by default
     assert choose_lm(SHIPPED, "ctc_greedy").path is None  # greedy takes none and is no error
     assert "lm" in yaml.safe_load((SHIPPED / "config.yaml").read_text())["source"]  # its data is credited
 

@@ -31,7 +31,7 @@ def _lm_dir(tokenizer, out: Path, fusion_weight: float | None = None) -> Path:
 
 @pytest.fixture()
 def with_lm(model_dir, char_tokenizer) -> Path:
-    """The tiny model directory with its own LM in lm/, recording weight 0.2 (as the built-in model's)."""
+    """The tiny model directory with its own LM in lm/, recording weight 0.2."""
     _lm_dir(char_tokenizer, model_dir / LM_SUBDIR, fusion_weight=0.2)
     return model_dir
 
