@@ -8,11 +8,14 @@ Each command lives in the module that holds its function and registers itself th
 from __future__ import annotations
 
 import argparse
+import atexit
 import difflib
 import importlib
 import os
 import sys
+import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
 from srupp_asr import __version__
 from srupp_asr.errors import PROCESS_MEMORY_REMEDY, UserError, first_line, is_out_of_memory, out_of_memory_line
@@ -130,6 +133,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     return _run(args.command, lambda: args.func(args))
+
+
+def console_main() -> NoReturn:
+    """The ``srupp-asr`` console script: :func:`main`, then :func:`exit_without_teardown`."""
+    exit_without_teardown(main())
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """Exit with ``code`` once the atexit handlers have run and the standard streams are flushed, without
+    Python's teardown of every module object and the native libraries' exit handlers.
+
+    Once torch is imported, that teardown takes 0.6 s and the exit handlers of the CUDA libraries torch's wheel
+    loads (libcublasLt, libcusparseLt) take 127 MB more memory, which is the peak of a short command
+    (``benchmarks/cpu_inference.py``; docs/benchmarks.md). What a command must leave behind is already written:
+    outputs are closed (written atomically), and logging, temporary folders and child processes are finished by
+    their atexit handlers, which still run. A command that leaves a non-daemon thread running exits the usual
+    way, after it."""
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # as Python's own exit does when stdout cannot be flushed: status 120
+            code = code or 120
+    os._exit(code)
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -250,4 +279,4 @@ def _silence_stdout() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -3,6 +3,11 @@
 The convolutions are unpadded ("valid"), as in ESPnet and WeNet, so an output frame inside an
 utterance's new length reads only input frames inside its length: right padding cannot leak into
 valid outputs, and a padded batch gives each utterance the same valid frames as running it alone.
+
+That also lets CPU inference run the stack an utterance and a block of :data:`INFERENCE_BLOCK_FRAMES` output frames
+at a time: the first convolution's output (``channels`` x half the frames x half the bins, 20 MB for 10 s at 256
+channels) then never exists for a whole padded batch at once (160 MB for eight 10-s files), and no time is spent on
+padding.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ CONV_LAYERS: dict[int, tuple[tuple[int, int], ...]] = {
     6: ((3, 2), (5, 3)),
     8: ((3, 2), (3, 2), (3, 2)),
 }
+INFERENCE_BLOCK_FRAMES = 256  # output frames per block when CPU inference runs the stack in blocks (~10 s at x4)
 
 
 def subsampled_length(length: int | torch.Tensor, factor: int) -> int | torch.Tensor:
@@ -26,6 +32,16 @@ def subsampled_length(length: int | torch.Tensor, factor: int) -> int | torch.Te
     for kernel, stride in CONV_LAYERS[factor]:
         length = (length - kernel) // stride + 1
     return length.clamp_min(0) if isinstance(length, torch.Tensor) else max(length, 0)
+
+
+def receptive_field(factor: int) -> tuple[int, int]:
+    """``(span, step)`` of the factor-``factor`` conv stack: output frame ``j`` reads input frames
+    ``[j * step, j * step + span)``."""
+    check_choice("factor", factor, CONV_LAYERS)
+    span, step = 1, 1
+    for kernel, stride in CONV_LAYERS[factor]:
+        span, step = span + (kernel - 1) * step, step * stride
+    return span, step
 
 
 def fewest_frames(factor: int) -> int:
@@ -70,7 +86,28 @@ class Conv2dSubsampling(nn.Module):
         total_out = subsampled_length(total, self.factor)
         if total_out == 0:  # the convolutions would refuse an input shorter than their kernels
             return x.new_zeros(batch, 0, self.d_model), new_lengths
-        y = self.conv(x.unsqueeze(1))  # (B, C, T', F')
-        y = self.dropout(self.out(y.transpose(1, 2).flatten(2)))
+        if x.device.type == "cpu" and not (self.training or torch.is_grad_enabled()):
+            return self._blockwise(x, new_lengths.tolist(), total_out), new_lengths
+        y = self.dropout(self._frames(x))
         valid = torch.arange(total_out, device=y.device) < new_lengths.to(y.device)[:, None]
         return y.masked_fill(~valid[..., None], 0.0), new_lengths
+
+    def _frames(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, F) -> (B, T', d_model): the convolutions and the projection."""
+        y = self.conv(x.unsqueeze(1))  # (B, C, T', F')
+        return self.out(y.transpose(1, 2).flatten(2))
+
+    def _blockwise(self, x: torch.Tensor, lengths: list[int], total_out: int) -> torch.Tensor:
+        """The same frames as :meth:`_frames` on the padded batch (padding zeroed, no dropout: inference), computed
+        an utterance and :data:`INFERENCE_BLOCK_FRAMES` output frames at a time from the input frames each block
+        reads."""
+        span, step = receptive_field(self.factor)
+        y = None
+        for b, length in enumerate(lengths):
+            for start in range(0, length, INFERENCE_BLOCK_FRAMES):
+                end = min(start + INFERENCE_BLOCK_FRAMES, length)
+                block = self._frames(x[b : b + 1, start * step : (end - 1) * step + span])[0]
+                if y is None:  # the projection's dtype (bfloat16 under autocast)
+                    y = block.new_zeros(x.shape[0], total_out, self.d_model)
+                y[b, start:end] = block
+        return x.new_zeros(x.shape[0], total_out, self.d_model) if y is None else y

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -97,3 +98,46 @@ def test_ctrl_c_is_one_line_and_exit_130(capsys):
 
     assert _run("transcribe", interrupted) == 130
     assert capsys.readouterr().err == "srupp-asr transcribe: interrupted\n"
+
+
+def test_the_console_script_exits_without_teardown():
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "srupp-asr"]
+    assert script.value == "srupp_asr.cli:console_main"
+
+
+def _exit_child(body: str, stdout: int = subprocess.PIPE) -> subprocess.CompletedProcess:
+    code = "import atexit, sys, threading, time\nfrom srupp_asr.cli import exit_without_teardown\n" + body
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout buffered, as usual
+    return subprocess.run(
+        [sys.executable, "-c", code], stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60, env=env
+    )
+
+
+def test_exit_without_teardown_runs_atexit_handlers_and_flushes_the_streams():
+    # A buffered write (no newline, stdout a pipe) and an atexit handler's output both arrive; the code is kept.
+    result = _exit_child(
+        "atexit.register(lambda: print('handler', end=''))\n"
+        "class Torn:\n    def __del__(self):\n        print('teardown', end='')\n"
+        "kept = Torn()\nsys.stdout.write('written ')\nexit_without_teardown(3)\n"
+    )
+    assert (result.returncode, result.stdout) == (3, "written handler")  # no module teardown: no 'teardown'
+
+
+def test_exit_without_teardown_waits_for_a_running_thread_the_usual_way():
+    result = _exit_child(
+        "t = threading.Thread(target=lambda: (time.sleep(0.5), print('thread done')))\nt.start()\n"
+        "exit_without_teardown(4)\n"
+    )
+    assert (result.returncode, result.stdout) == (4, "thread done\n")
+
+
+def test_exit_without_teardown_reports_a_stdout_it_cannot_flush():
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader went away: the buffered write fails at the flush
+    try:
+        result = _exit_child("sys.stdout.write('x')\nexit_without_teardown(0)\n", stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 120  # as Python's own exit when stdout cannot be flushed

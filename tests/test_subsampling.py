@@ -1,11 +1,12 @@
-"""Conv2d subsampling: exact output lengths and independence from right padding."""
+"""Conv2d subsampling: exact output lengths, independence from right padding, and CPU inference in blocks."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from srupp_asr.subsampling import Conv2dSubsampling, subsampled_length
+from srupp_asr import subsampling
+from srupp_asr.subsampling import Conv2dSubsampling, receptive_field, subsampled_length
 
 FACTORS = [4, 6, 8]
 
@@ -50,6 +51,48 @@ def test_right_padding_does_not_change_valid_frames(factor):
         n = int(alone_lengths[0])
         torch.testing.assert_close(y[i, :n], alone[0], atol=1e-5, rtol=0)
         assert torch.count_nonzero(y[i, n:]) == 0, "padded output frames are zeroed"
+
+
+@pytest.mark.parametrize("factor", FACTORS)
+def test_receptive_field_is_what_an_output_frame_reads(factor):
+    # Brute force: the input frames whose change moves output frame j are exactly [j * step, j * step + span).
+    torch.manual_seed(0)
+    sub = Conv2dSubsampling(20, 8, factor=factor, channels=4).eval()
+    x = torch.randn(1, 60, 20)
+    base, _ = sub(x, torch.tensor([60]))
+    j = 2
+    read = []
+    for t in range(60):
+        moved = x.clone()
+        moved[0, t] += 10.0
+        y, _ = sub(moved, torch.tensor([60]))
+        if not torch.equal(y[0, j], base[0, j]):
+            read.append(t)
+    span, step = receptive_field(factor)
+    assert read == list(range(j * step, j * step + span))
+
+
+@pytest.mark.parametrize("factor", FACTORS)
+def test_inference_in_blocks_gives_the_batched_frames(factor, monkeypatch):
+    # CPU inference (no grad, eval) runs an utterance and a block at a time; training runs the padded batch whole.
+    monkeypatch.setattr(subsampling, "INFERENCE_BLOCK_FRAMES", 5)  # blocks end inside every utterance
+    torch.manual_seed(0)
+    sub = Conv2dSubsampling(40, 16, factor=factor, channels=8).eval()
+    lengths = torch.tensor([300, 151, 23, 3])
+    x = torch.randn(4, 300, 40)
+    whole, whole_lengths = sub(x, lengths)  # grad enabled: the batched path
+    calls = []
+    sub.conv.register_forward_hook(lambda _m, inputs, _o: calls.append(inputs[0].shape[0]))
+    with torch.no_grad():
+        blocks, block_lengths = sub(x, lengths)
+    assert calls and set(calls) == {1}, "one utterance at a time"
+    assert len(calls) == sum(-(-n // 5) for n in subsampled_length(lengths, factor).tolist())
+    assert torch.equal(block_lengths, whole_lengths)
+    torch.testing.assert_close(blocks, whole.detach(), atol=1e-5, rtol=0)
+    sub.train()
+    with torch.no_grad():  # dropout on: the batched path
+        sub(x, lengths)
+    assert calls[-1] == 4
 
 
 def test_layers_follow_espnet_for_each_factor():
