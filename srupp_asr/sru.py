@@ -204,7 +204,7 @@ class LayerState(NamedTuple):
 
     def select(self, rows: torch.Tensor) -> LayerState:
         """The states of batch rows ``rows``, in that order."""
-        return LayerState(*(None if t is None else t[rows] for t in self))
+        return LayerState(*(None if t is None else t.index_select(0, rows) for t in self))
 
 
 def attention_layers(num_layers: int, attn_every: int) -> list[int]:

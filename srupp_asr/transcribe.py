@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from srupp_asr.allocator import keep_freed_memory
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument
 from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording
 from srupp_asr.decoding.settings import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
@@ -355,6 +356,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
     """``srupp-asr transcribe``: exit status 0 when every input was transcribed, 1 when some failed (the closing
     line counts them); usage and model errors raise UserError (2)."""
     check_language_and_task(args.language, args.task)
+    keep_freed_memory()
     inputs = list(args.inputs) + [f"@{path}" for path in args.list or []]
     if not inputs:
         raise UserError("no audio given (files, directories, @LIST or --list LIST)")

@@ -87,7 +87,7 @@ def beam_search(
         new_score, sel = total.view(n, W * C).topk(W, dim=1)
         rows = (torch.arange(n, device=device)[:, None] * W + sel // C).flatten()
         tokens = candidates.view(-1)[rows * C + (sel % C).flatten()]
-        ys = torch.cat([ys[rows], tokens[:, None]], 1)
+        ys = torch.cat([ys.index_select(0, rows), tokens[:, None]], 1)
         states = [s.select(st, rows, tokens, p) for (s, _), st, p in zip(scorers, states, pending, strict=True)]
         is_end = (tokens == eos).view(n, W) & (new_score > NEG_INF)
         if is_end.any():
@@ -101,7 +101,7 @@ def beam_search(
         if done.any():
             keep = torch.nonzero(~done).squeeze(1)
             rows = (keep[:, None] * W + torch.arange(W, device=device)).flatten()
-            alive, score, ys = alive[keep], score[keep], ys[rows]
+            alive, score, ys = alive[keep], score[keep], ys.index_select(0, rows)
             states = [s.select(st, rows, None, None) for (s, _), st in zip(scorers, states, strict=True)]
     return [sorted(hyps, key=lambda h: -h[1])[:nbest] or [([], NEG_INF)] for hyps in ended]
 

@@ -98,7 +98,7 @@ class DecoderScorer:
         row), with the groups' memory keys and values and memory masks."""
         values, counts = torch.unique_consecutive(utterances, return_counts=True)
         groups = values if len(counts) and bool((counts == counts[0]).all()) else utterances
-        kv = [(k[groups], v[groups]) for k, v in self.memory_kv]
+        kv = [(k.index_select(0, groups), v.index_select(0, groups)) for k, v in self.memory_kv]
         # Frames past each memory's length count for nothing (a memory with no frames attends everywhere).
         valid = torch.arange(self.frames, device=utterances.device)[None, :] < self.memory_lens[groups][:, None]
         bias = torch.zeros(valid.shape, device=utterances.device, dtype=kv[0][0].dtype)
@@ -140,7 +140,7 @@ class DecoderScorer:
         """Reorder the cache (and, when rows move between utterances, the memory keys and values) by ``rows``."""
         cache = pending if tokens is not None else state.self_kv
         utterances = state.utterances[rows]
-        self_kv = None if cache is None else [(k[rows], v[rows]) for k, v in cache]
+        self_kv = None if cache is None else [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in cache]
         if utterances.shape == state.utterances.shape and torch.equal(utterances, state.utterances):
             # reordered within utterances only: the same groups
             return _DecoderState(utterances, state.groups, state.memory_kv, state.memory_bias, self_kv)
@@ -393,7 +393,7 @@ class CTCPrefixScorer:
         windows."""
         utterances = state.utterances[rows]
         if tokens is None:
-            return _CTCState(utterances, state.r[:, :, rows], state.lo, state.psi[rows], state.last[rows])
+            return _CTCState(utterances, state.r.index_select(2, rows), state.lo, state.psi[rows], state.last[rows])
         column = (pending.candidates[rows] == tokens[:, None]).int().argmax(1)
         r = pending.r[:, :, rows, column]
         peak = pending.peak[rows, column]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srupp_asr.allocator import keep_freed_memory
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument
 from srupp_asr.decoding.settings import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
 from srupp_asr.errors import UserError
@@ -199,6 +200,7 @@ def _describe(options: DecodingOptions) -> str:
 def evaluate_command(args: argparse.Namespace) -> int:
     """Run ``srupp-asr evaluate`` from parsed arguments; exit code 1 when some cuts' audio did not load."""
     errors: list[str] = []
+    keep_freed_memory()
     result, speed = evaluate(
         args.model,
         args.cuts,
