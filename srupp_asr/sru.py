@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from srupp_asr import kv_cache
 from srupp_asr.checks import (
     ConfigValueError,
     check_divides,
@@ -145,8 +146,8 @@ class SRUppLayer(nn.Module):
         if self.attention:
             heads, dh = self.num_heads, self.attn_dim // self.num_heads
             k, v = self.wk(q).view(B, heads, 1, dh), self.wv(q).view(B, heads, 1, dh)
-            keys = k if state is None else torch.cat([state.keys, k], 2)
-            values = v if state is None else torch.cat([state.values, v], 2)
+            keys = kv_cache.extend(None if state is None else state.keys, None if state is None else state.order, k)
+            values = kv_cache.extend(None if state is None else state.values, None if state is None else state.order, v)
             a = F.scaled_dot_product_attention(q.view(B, heads, 1, dh), keys, values)
             q = q + self.alpha * a.reshape(B, self.attn_dim)
         u = self.wo(self.norm(q)).view(1, B, D, 3)
@@ -196,15 +197,20 @@ def check_layer_options(
 
 class LayerState(NamedTuple):
     """What a causal :class:`SRUppLayer` carries between steps: the recurrent state ``c`` ``(B, D)`` and, in an
-    attention layer, the keys and values of every step so far ``(B, heads, t, d_head)`` (None otherwise)."""
+    attention layer, the keys and values of every step so far ``(B', heads, t, d_head)`` (None otherwise), whose
+    rows ``order`` ``(B,)`` are the batch's (None: all of them, in order; see :mod:`srupp_asr.kv_cache`)."""
 
     c: torch.Tensor
     keys: torch.Tensor | None
     values: torch.Tensor | None
+    order: torch.Tensor | None = None
 
     def select(self, rows: torch.Tensor) -> LayerState:
-        """The states of batch rows ``rows``, in that order."""
-        return LayerState(*(None if t is None else t.index_select(0, rows) for t in self))
+        """The states of batch rows ``rows``, in that order (the keys and values gathered at the next step)."""
+        c = self.c.index_select(0, rows)
+        if self.keys is None:
+            return LayerState(c, None, None)
+        return LayerState(c, self.keys, self.values, kv_cache.reorder(self.order, rows))
 
 
 def attention_layers(num_layers: int, attn_every: int) -> list[int]:

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import torch
 
+from srupp_asr import kv_cache
 from srupp_asr.decoder import TransformerDecoder
 from srupp_asr.encoders import sinusoidal_positions
 from srupp_asr.lm import SRUppLM
@@ -70,6 +71,7 @@ class _DecoderState:
     memory_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, each group's cross-attention keys and values
     memory_bias: torch.Tensor  # (n, 1, 1, T) 0 for each group's frames, -inf past them
     self_kv: list[tuple[torch.Tensor, torch.Tensor]] | None  # per layer, the self-attention keys and values so far
+    order: torch.Tensor | None = None  # the rows of self_kv that are the hypotheses' (None: all, in order)
 
 
 class DecoderScorer:
@@ -93,7 +95,9 @@ class DecoderScorer:
         """Each group's memory keys and values, and no cache yet."""
         return self._grouped(utterances, None)
 
-    def _grouped(self, utterances: torch.Tensor, self_kv: list | None) -> _DecoderState:
+    def _grouped(
+        self, utterances: torch.Tensor, self_kv: list | None, order: torch.Tensor | None = None
+    ) -> _DecoderState:
         """The state of rows ``utterances``: grouped by utterance where they come in equal runs (else one group per
         row), with the groups' memory keys and values and memory masks."""
         values, counts = torch.unique_consecutive(utterances, return_counts=True)
@@ -103,7 +107,7 @@ class DecoderScorer:
         valid = torch.arange(self.frames, device=utterances.device)[None, :] < self.memory_lens[groups][:, None]
         bias = torch.zeros(valid.shape, device=utterances.device, dtype=kv[0][0].dtype)
         bias = bias.masked_fill(~(valid | ~valid.any(1, keepdim=True)), NEG_INF)[:, None, None, :]
-        return _DecoderState(utterances, groups, kv, bias, self_kv)
+        return _DecoderState(utterances, groups, kv, bias, self_kv, order)
 
     def score(
         self, state: _DecoderState, ys: torch.Tensor, candidates: torch.Tensor | None
@@ -124,7 +128,7 @@ class DecoderScorer:
             q = attn._split(attn.wq(normed))
             k, v = attn.project_kv(normed)
             if cached is not None:
-                k, v = torch.cat([cached[0], k], 2), torch.cat([cached[1], v], 2)
+                k, v = kv_cache.extend(cached[0], state.order, k), kv_cache.extend(cached[1], state.order, v)
             self_kv.append((k, v))
             h = x + attn.wo(_attend(q, k, v).transpose(1, 2).reshape(N, 1, dec.d_model))
             cross = layer.cross_attn
@@ -137,14 +141,15 @@ class DecoderScorer:
     def select(
         self, state: _DecoderState, rows: torch.Tensor, tokens: torch.Tensor | None, pending: Any
     ) -> _DecoderState:
-        """Reorder the cache (and, when rows move between utterances, the memory keys and values) by ``rows``."""
-        cache = pending if tokens is not None else state.self_kv
+        """Reorder the cache (gathered at the next step: :mod:`srupp_asr.kv_cache`) and, when rows move between
+        utterances, the memory keys and values by ``rows``."""
+        self_kv, order = (pending, None) if tokens is not None else (state.self_kv, state.order)
+        order = None if self_kv is None else kv_cache.reorder(order, rows)
         utterances = state.utterances[rows]
-        self_kv = None if cache is None else [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in cache]
         if utterances.shape == state.utterances.shape and torch.equal(utterances, state.utterances):
             # reordered within utterances only: the same groups
-            return _DecoderState(utterances, state.groups, state.memory_kv, state.memory_bias, self_kv)
-        return self._grouped(utterances, self_kv)
+            return _DecoderState(utterances, state.groups, state.memory_kv, state.memory_bias, self_kv, order)
+        return self._grouped(utterances, self_kv, order)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
