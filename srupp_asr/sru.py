@@ -146,8 +146,8 @@ class SRUppLayer(nn.Module):
         if self.attention:
             heads, dh = self.num_heads, self.attn_dim // self.num_heads
             k, v = self.wk(q).view(B, heads, 1, dh), self.wv(q).view(B, heads, 1, dh)
-            keys = kv_cache.extend(None if state is None else state.keys, None if state is None else state.order, k)
-            values = kv_cache.extend(None if state is None else state.values, None if state is None else state.order, v)
+            past_k, past_v, order = (None, None, None) if state is None else (state.keys, state.values, state.order)
+            keys, values = kv_cache.extend(past_k, order, k), kv_cache.extend(past_v, order, v)
             a = F.scaled_dot_product_attention(q.view(B, heads, 1, dh), keys, values)
             q = q + self.alpha * a.reshape(B, self.attn_dim)
         u = self.wo(self.norm(q)).view(1, B, D, 3)
