@@ -175,9 +175,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     failures = args.files - written
     early = max(1, args.files // 10)
-    rss_early, rss_end = rss_after(result["samples"], early), rss_after(result["samples"], args.files)
-    if rss_end is None and result["samples"]:
-        rss_end = result["samples"][-1][2]
+    # The command exits as soon as its last transcript is written (no teardown), possibly before the 0.1-s sampler
+    # saw it: then the last sample taken stands in.
+    last = result["samples"][-1][2] if result["samples"] else None
+    rss_early, rss_end = (rss_after(result["samples"], n) for n in (early, args.files))
+    rss_early, rss_end = (last if rss is None else rss for rss in (rss_early, rss_end))
     cpu = platform.processor() or platform.machine()
     print(
         f"model: {model}; decoding {args.decoding or 'default (ctc_prefix_beam)'}; {args.threads} threads; "
