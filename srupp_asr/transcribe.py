@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from srupp_asr.allocator import keep_freed_memory
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument
-from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording
+from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording, concurrent_batches
 from srupp_asr.decoding.settings import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
 from srupp_asr.errors import DECODING_MEMORY_REMEDY, UserError, first_line, is_out_of_memory, out_of_memory_line
 from srupp_asr.inputs import FoundInputs, default_model_candidates, find_inputs
@@ -196,7 +196,8 @@ def transcribe(
     loaded = model if isinstance(model, LoadedModel) else LoadedModel.load(model, device, compute_type)
     options, fusion_lm, choice = loaded.fuse(options, lm, lm_weight, no_lm)
     log.info("%s", choice.describe())
-    batching = Batching.chunked(options, batch_size, max_chunk_seconds, chunk_overlap, vad)
+    workers = concurrent_batches(loaded.device)
+    batching = Batching.chunked(options, batch_size, max_chunk_seconds, chunk_overlap, vad, workers)
     decoder = BatchDecoder(loaded.net, loaded.tokenizer, options, fusion_lm, batching, loaded.model_dir)
     settings = {**dataclasses.asdict(options), **({"lm": str(choice.path)} if choice.path is not None else {})}
 

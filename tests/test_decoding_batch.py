@@ -5,6 +5,8 @@ layering that keeps ``transcribe`` from importing the API module that calls it."
 from __future__ import annotations
 
 import ast
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import torch
 
 from srupp_asr.audio import SAMPLE_RATE, AudioReader, SamplesReader
 from srupp_asr.decoding import DecodingOptions
-from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording, UnusableModel
+from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording, UnusableModel, concurrent_batches
 from srupp_asr.errors import UserError
 from srupp_asr.loading import LoadedModel
 
@@ -114,6 +116,92 @@ def test_a_model_that_cannot_decode_as_asked_stops_everything(loaded, overfit_mo
     monkeypatch.setattr(loaded.net, "decoder", None)
     with pytest.raises(UnusableModel, match=r"^the-model: mode joint .* needs an attention decoder"):
         list(decoder.run([_file(overfit_model_dir[1][0][0])]))
+
+
+@pytest.fixture
+def two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _decode_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("srupp-asr decode")]
+
+
+def test_two_workers_decode_two_batches_at_once_with_the_same_results(loaded, overfit_model_dir, two_threads):
+    """On the CPU, ``workers=2`` decodes two batches at once, each on its own thread with half the torch threads:
+    the same transcripts in input order, a failure still its own, one progress step per batch, and the seconds of the
+    results add up to the wall time (overlapping batches are not counted twice)."""
+    utts = overfit_model_dir[1]
+    recordings = [_file(utts[0][0]), _unreadable("gone.wav", 1000), *[_file(w) for w, _ in utts[1:6]]]
+    alone = list(BatchDecoder(loaded.net, loaded.tokenizer, GREEDY, batching=Batching(batch_size=2)).run(recordings))
+    decoder = BatchDecoder(loaded.net, loaded.tokenizer, GREEDY, batching=Batching(batch_size=2, workers=2))
+    seen: set[tuple[str, int]] = set()
+    decode_batch = decoder.decode_batch
+
+    def spy(batch):
+        seen.add((threading.current_thread().name, torch.get_num_threads()))
+        return decode_batch(batch)
+
+    decoder.decode_batch = spy
+    steps: list[float] = []
+    begin = time.perf_counter()
+    results = list(decoder.run(recordings, steps.append))
+    wall = time.perf_counter() - begin
+    assert [r.recording.name for r in results] == [r.name for r in recordings]
+    assert [r.text for r in results] == [r.text for r in alone] and results[1].error is not None
+    assert [r.text for r in results if r.error is None] == [t for _, t in utts[:6]]
+    assert seen == {("srupp-asr decode 0", 1), ("srupp-asr decode 1", 1)}
+    assert len(steps) == 4 and torch.get_num_threads() == 2  # the threads are given back
+    assert 0 < sum(r.seconds for r in results) <= wall
+    assert all(0 < r.decode_seconds <= r.seconds for r in results if r.error is None)
+
+
+def test_a_failed_batch_stops_the_workers_at_its_turn(loaded, overfit_model_dir, two_threads, monkeypatch):
+    """An error that stops everything (a model unusable for the options) is raised in order, after the results
+    before it; the workers take no batch after those they hold, and a caller that stops reading stops them too."""
+    recordings = sorted((_file(w) for w, _ in overfit_model_dir[1][:6]), key=lambda r: -r.num_samples)
+    decoder = BatchDecoder(loaded.net, loaded.tokenizer, GREEDY, batching=Batching(batch_size=1, workers=2))
+    decode_batch, taken, release = decoder.decode_batch, [], threading.Event()
+    failing = recordings[1]  # one recording a batch, longest first: batch k holds recordings[k]
+
+    def held(batch):
+        taken.append(batch[0])
+        if batch[0] is failing:
+            raise UnusableModel("m: unusable")
+        if batch[0] is not recordings[0]:
+            assert release.wait(timeout=60)  # held until the caller has stopped
+        return decode_batch(batch)
+
+    monkeypatch.setattr(decoder, "decode_batch", held)
+    got = []
+    with pytest.raises(UnusableModel, match="^m: unusable$"):
+        for result in decoder.run(recordings):
+            got.append(result.recording)
+    release.set()
+    for thread in _decode_threads():
+        thread.join(timeout=60)
+    assert got == recordings[:1] and not _decode_threads() and torch.get_num_threads() == 2
+    assert len(taken) <= 4 and not {id(r) for r in recordings[4:]} & {id(r) for r in taken}
+    failing, release = None, threading.Event()
+    taken.clear()
+    results = decoder.run(recordings)
+    assert next(results).recording is recordings[0]
+    results.close()  # the caller stops reading
+    release.set()
+    for thread in _decode_threads():
+        thread.join(timeout=60)
+    assert not _decode_threads() and len(taken) <= 3 and torch.get_num_threads() == 2
+
+
+def test_concurrent_batches_on_a_cpu_with_threads_to_share(two_threads):
+    assert concurrent_batches("cpu") == 2 and concurrent_batches("cuda") == 1
+    torch.set_num_threads(1)
+    assert concurrent_batches("cpu") == 1
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        Batching(workers=0)
 
 
 def _imports(module: Path) -> set[str]:

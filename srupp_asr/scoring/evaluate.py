@@ -125,7 +125,7 @@ def evaluate(
     from tqdm import tqdm
 
     from srupp_asr.audio import SAMPLE_RATE
-    from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording
+    from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording, concurrent_batches
     from srupp_asr.manifest import cut_text, load_cuts
 
     if batch_size < 1:
@@ -135,7 +135,8 @@ def evaluate(
     cutset = load_cuts(cuts, allow_command_sources=allow_command_sources)
     loaded = LoadedModel.load(model, device, compute_type)
     options, fusion_lm, choice = loaded.fuse(options, lm, lm_weight, no_lm)
-    decoder = BatchDecoder(loaded.net, loaded.tokenizer, options, fusion_lm, Batching(batch_size), loaded.model_dir)
+    batching = Batching(batch_size, workers=concurrent_batches(loaded.device))
+    decoder = BatchDecoder(loaded.net, loaded.tokenizer, options, fusion_lm, batching, loaded.model_dir)
 
     def speaker(cut) -> str | None:
         return next((s.speaker for s in cut.supervisions if s.speaker), None)
