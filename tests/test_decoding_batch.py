@@ -177,7 +177,7 @@ def test_a_failed_batch_stops_the_workers_at_its_turn(loaded, overfit_model_dir,
 
     monkeypatch.setattr(decoder, "decode_batch", held)
     got = []
-    with pytest.raises(UnusableModel, match="^m: unusable$"):
+    with pytest.raises(UnusableModel, match=r"^m: unusable$"):
         for result in decoder.run(recordings):
             got.append(result.recording)
     release.set()
