@@ -9,8 +9,9 @@ its :class:`~srupp_asr.decoding.DecodingOptions` and an optional fusion LM, with
 - a longer one is read a chunk at a time (memory stays bounded at any length), decoded chunk by chunk, up to
   ``batch_size`` chunks together, and joined at word boundaries (:mod:`srupp_asr.longform`): overlapping chunks, or
   with ``vad`` cuts in silences found by an energy detector;
-- with ``workers`` above 1 (:func:`concurrent_batches`: 2 on a CPU with 2 or more torch threads), that many batches of
-  whole recordings are decoded at once, each on its own thread with its share of the torch threads. The
+- with ``workers`` above 1 (:func:`concurrent_batches`: 2 on a CPU with 2 or more torch threads), that many batches
+  (of whole recordings, or of a long recording's chunks) are decoded at once, each on its own thread with its share
+  of the torch threads. The
   label-synchronous search is a long chain of small operations that gains nothing from a second thread inside it
   (see ``_one_cpu_thread`` in :mod:`srupp_asr.decoding.modes`), while one batch's search beside another's encoder
   keeps both cores busy: the 32 LJ Speech files decode 1.3x faster on 2 cores, with the same transcripts.
@@ -22,13 +23,15 @@ that lacks what the options need (:class:`UnusableModel`) stops everything. The 
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import math
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from srupp_asr.errors import UserError
 
@@ -111,7 +114,7 @@ class Batching:
     piece_samples: float = math.inf
     overlap_samples: int = 0
     vad: bool = False
-    workers: int = 1  # batches of whole recordings decoded at once, each on its own thread
+    workers: int = 1  # batches decoded at once (on the CPU), each on its own thread
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -194,25 +197,26 @@ class BatchDecoder:
 
     def _decode_batches(self, batches: list[list[Recording]]) -> Iterator[list[Decoded]]:
         """Each batch's results, in order: one batch at a time, or ``workers`` at once when there are several."""
-        workers = min(self.batching.workers, len(batches))
-        if workers <= 1 or self.device.type != "cpu":
+        workers = min(self.workers, len(batches))
+        if workers <= 1:
             yield from map(self._decode_or_split, batches)
             return
-        import torch
-
-        threads = torch.get_num_threads()
-        torch.set_num_threads(max(1, threads // workers))  # the threads each worker's operations run on
-        try:
+        with _Workers(workers) as pool:
+            outcomes = [pool.submit(lambda b=b: self._decode_or_split(b)) for b in batches]
             before = time.perf_counter()
-            for results in _in_order(self._decode_or_split, batches, workers):
+            for outcome in outcomes:
+                results = outcome.result()
                 # Batches overlap in time: each one's share of the wall time is what passed since the one before it
                 # was done, so the seconds of all results add up to the wall time, as one at a time.
                 now = time.perf_counter()
                 _rescale_seconds(results, now - before)
                 before = now
                 yield results
-        finally:
-            torch.set_num_threads(threads)
+
+    @property
+    def workers(self) -> int:
+        """Batches decoded at once: ``batching.workers`` on the CPU, one on a GPU."""
+        return self.batching.workers if self.device.type == "cpu" else 1
 
     def _decode_or_split(self, batch: list[Recording]) -> list[Decoded]:
         """:meth:`decode_batch`, or, when decoding the batch fails, each recording alone (a failure is its own)."""
@@ -338,25 +342,41 @@ class BatchDecoder:
         from srupp_asr import longform
 
         begin = time.perf_counter()
-        model_seconds = 0.0
-        with recording.open() as reader:  # a file, or samples given in memory
+        busy: list[tuple[float, float]] = []  # when each batch of chunks was being decoded
+        with contextlib.ExitStack() as stack:
+            reader = stack.enter_context(recording.open())  # a file, or samples given in memory
+            pool = stack.enter_context(_Workers(self.workers)) if self.workers > 1 else None
             chunks, silences = self.plan(reader)
             spans = [c.seconds(self.rate) for c in chunks]
             words: list[list[Word]] = []
             texts: list[str] = []
             pending: list[tuple[int, Chunk, torch.Tensor]] = []
+            running: collections.deque = collections.deque()  # (batch, outcome) decoding on the workers
             end = 0
 
-            def flush() -> None:
-                nonlocal model_seconds
+            def decode(batch: list[tuple[int, Chunk, torch.Tensor]]) -> list[Hypothesis]:
                 start = time.perf_counter()
-                hyps = self.decode([wav for _, _, wav in pending])
-                model_seconds += time.perf_counter() - start
-                for (i, _, wav), hyp in zip(pending, hyps, strict=True):
+                hyps = self.decode([wav for _, _, wav in batch])
+                busy.append((start, time.perf_counter()))
+                return hyps
+
+            def collect(batch: list[tuple[int, Chunk, torch.Tensor]], hyps: list[Hypothesis]) -> None:
+                for (i, _, wav), hyp in zip(batch, hyps, strict=True):
                     words[i] = longform.shift_words(self.timed_words(hyp, wav), spans[i][0])
                     texts[i] = hyp.text
-                progress(sum(chunk.end - chunk.start for _, chunk, _ in pending) / self.rate)
+                progress(sum(chunk.end - chunk.start for _, chunk, _ in batch) / self.rate)
+
+            def flush() -> None:
+                batch = list(pending)
                 pending.clear()
+                if pool is None:
+                    collect(batch, decode(batch))
+                    return
+                # At most one batch per worker is read ahead: memory stays that of a few batches at any length.
+                running.append((batch, pool.submit(lambda: decode(batch))))
+                while len(running) >= pool.count:
+                    done, outcome = running.popleft()
+                    collect(done, outcome.result())
 
             for i, chunk in enumerate(chunks):
                 wav = reader.read(chunk.start, chunk.end)
@@ -377,6 +397,9 @@ class BatchDecoder:
                 pending.append((i, chunk, wav))
             if pending:
                 flush()
+            while running:
+                done, outcome = running.popleft()
+                collect(done, outcome.result())
             warning = reader.level_warning()
         num_samples = recording.num_samples
         if end < num_samples:  # only what was decoded counts
@@ -390,44 +413,86 @@ class BatchDecoder:
             num_samples=num_samples,
             warning=warning,
             seconds=time.perf_counter() - begin,
-            decode_seconds=model_seconds,
+            decode_seconds=_union_seconds(busy),
         )
 
 
-def _in_order(
-    work: Callable[[list[Recording]], list[Decoded]], batches: list[list[Recording]], workers: int
-) -> Iterator[list[Decoded]]:
-    """``work(batch)`` of each batch, in order, computed by ``workers`` threads that each take the next batch not yet
-    taken. An exception raised by ``work`` is raised here, at its batch's turn. The threads are daemons and stop taking
-    batches once the caller stops (an error, Ctrl-C, SIGTERM): a process that is ending does not wait for more than the
-    batches being decoded, and an exiting one (:func:`srupp_asr.cli.exit_without_teardown`) not at all."""
-    outcomes: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in batches]
-    taken = iter(range(len(batches)))
-    lock = threading.Lock()
-    stop = threading.Event()
+class _Outcome:
+    """What a job submitted to :class:`_Workers` gave: :meth:`result` waits for it, and raises what the job raised."""
 
-    def worker() -> None:
-        while not stop.is_set():
-            with lock:
-                k = next(taken, None)
-            if k is None:
-                return
-            try:
-                outcomes[k].put((True, work(batches[k])))
-            except BaseException as err:  # raised in the caller's thread, at its turn
-                outcomes[k].put((False, err))
+    def __init__(self) -> None:
+        self._box: queue.SimpleQueue = queue.SimpleQueue()
 
-    threads = [threading.Thread(target=worker, name=f"srupp-asr decode {n}", daemon=True) for n in range(workers)]
-    for thread in threads:
-        thread.start()
-    try:
-        for outcome in outcomes:
-            ok, value = outcome.get()
-            if not ok:
-                raise value
-            yield value
-    finally:
-        stop.set()
+    def run(self, work: Callable[[], Any]) -> None:
+        try:
+            self._box.put((True, work()))
+        except BaseException as err:  # raised in the caller's thread, by result()
+            self._box.put((False, err))
+
+    def result(self) -> Any:
+        ok, value = self._box.get()
+        if not ok:
+            raise value
+        return value
+
+
+class _Workers:
+    """``count`` threads that run submitted jobs in the order submitted, with the torch threads shared among them
+    (``torch.set_num_threads`` is set to its share while the pool is open and restored when it closes).
+
+    Once the pool is closed (the work done, or an error, Ctrl-C, SIGTERM, a caller that stopped reading) the threads
+    take no more jobs, and closing waits for the jobs being run (at most a batch each) and the threads' end: a
+    thread still ending while the interpreter exits can abort the process (``terminate called without an active
+    exception``, from torch's thread-local state)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._torch_threads = 0
+
+    def __enter__(self) -> _Workers:
+        import torch
+
+        self._torch_threads = torch.get_num_threads()
+        torch.set_num_threads(max(1, self._torch_threads // self.count))  # (a thread takes it at its first operation)
+        self._threads = [
+            threading.Thread(target=self._work, name=f"srupp-asr decode {n}", daemon=True) for n in range(self.count)
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def submit(self, work: Callable[[], Any]) -> _Outcome:
+        outcome = _Outcome()
+        self._jobs.put((work, outcome))
+        return outcome
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None and not self._closed.is_set():
+            work, outcome = job
+            outcome.run(work)
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        self._closed.set()
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+        torch.set_num_threads(self._torch_threads)
+
+
+def _union_seconds(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of time ``spans`` (``(start, end)``): the wall time something was being decoded."""
+    total, reached = 0.0, -math.inf
+    for start, end in sorted(spans):
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total
 
 
 def _rescale_seconds(results: list[Decoded], wall: float) -> None:
