@@ -5,6 +5,7 @@ layering that keeps ``transcribe`` from importing the API module that calls it."
 from __future__ import annotations
 
 import ast
+import signal
 import subprocess
 import sys
 import threading
@@ -163,8 +164,8 @@ def test_two_workers_decode_two_batches_at_once_with_the_same_results(loaded, ov
 
 def test_a_failed_batch_stops_the_workers_at_its_turn(loaded, overfit_model_dir, two_threads, monkeypatch):
     """An error that stops everything (a model unusable for the options) is raised in order, after the results
-    before it, once the batches being decoded are done; the workers take no batch after those, and a caller that
-    stops reading stops them too."""
+    before it, without waiting for the batches being decoded; the workers take no batch after those, and a caller
+    that stops reading stops them too."""
     recordings = sorted((_file(w) for w, _ in overfit_model_dir[1][:6]), key=lambda r: -r.num_samples)
     decoder = BatchDecoder(loaded.net, loaded.tokenizer, GREEDY, batching=Batching(batch_size=1, workers=2))
     decode_batch, taken = decoder.decode_batch, []
@@ -183,13 +184,18 @@ def test_a_failed_batch_stops_the_workers_at_its_turn(loaded, overfit_model_dir,
     with pytest.raises(UnusableModel, match=r"^m: unusable$"):
         for result in decoder.run(recordings):
             got.append(result.recording)
-    assert got == recordings[:1] and not _decode_threads() and torch.get_num_threads() == 2
+    assert got == recordings[:1] and torch.get_num_threads() == 2
+    for thread in _decode_threads():  # (an exception does not wait for the batches being decoded)
+        thread.join(timeout=60)
+    assert not _decode_threads()
     assert len(taken) <= 4 and not {id(r) for r in recordings[4:]} & {id(r) for r in taken}
     failing = None
     taken.clear()
     results = decoder.run(recordings)
     assert next(results).recording is recordings[0]
     results.close()  # the caller stops reading
+    for thread in _decode_threads():
+        thread.join(timeout=60)
     assert not _decode_threads() and len(taken) <= 3 and torch.get_num_threads() == 2
 
 
@@ -251,6 +257,44 @@ def test_a_program_that_decoded_two_batches_at_once_exits_cleanly(overfit_model_
     for child in children:
         out, err = child.communicate(timeout=300)
         assert (child.returncode, out.strip()) == (0, "4"), err[-2000:]
+
+
+# The command, each batch taking 3 s longer: SIGTERM / Ctrl-C once the first transcript is out.
+SLOW_CLI = """
+import sys, time, torch
+from srupp_asr.decoding import batch
+decode_batch = batch.BatchDecoder.decode_batch
+def slow(self, recordings):
+    time.sleep(3.0)
+    return decode_batch(self, recordings)
+batch.BatchDecoder.decode_batch = slow
+from srupp_asr.cli import console_main
+sys.argv = ["srupp-asr", "transcribe", "--model", sys.argv[1], "--decoding", "ctc_greedy", "--batch-size", "1",
+            "--threads", "2", "--device", "cpu", *sys.argv[2:]]
+console_main()
+"""
+
+
+@pytest.mark.parametrize(("sig", "status", "line"), [
+    (signal.SIGTERM, 143, "srupp-asr transcribe: terminated (SIGTERM)"),
+    (signal.SIGINT, 130, "srupp-asr transcribe: interrupted"),
+])  # fmt: skip
+def test_the_command_stops_at_once_on_a_signal_while_two_batches_decode(overfit_model_dir, sig, status, line):
+    """A signal stops ``transcribe`` without waiting for the batches the workers are decoding: one line, the
+    signal's exit status, well within one batch's time."""
+    model, utts = overfit_model_dir
+    child = subprocess.Popen([sys.executable, "-c", SLOW_CLI, str(model), *[str(w) for w, _ in utts[:6]]],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout.readline()  # the first transcript: the workers are on the next two batches
+        child.send_signal(sig)
+        start = time.perf_counter()
+        _, err = child.communicate(timeout=60)
+        took = time.perf_counter() - start
+    finally:
+        child.kill()
+    assert child.returncode == status and err.strip().splitlines()[-1] == line, err[-2000:]
+    assert took < 2.0
 
 
 def test_concurrent_batches_on_a_cpu_with_threads_to_share(two_threads):

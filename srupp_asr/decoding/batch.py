@@ -440,10 +440,11 @@ class _Workers:
     """``count`` threads that run submitted jobs in the order submitted, with the torch threads shared among them
     (``torch.set_num_threads`` is set to its share while the pool is open and restored when it closes).
 
-    Once the pool is closed (the work done, or an error, Ctrl-C, SIGTERM, a caller that stopped reading) the threads
-    take no more jobs, and closing waits for the jobs being run (at most a batch each) and the threads' end: a
-    thread still ending while the interpreter exits can abort the process (``terminate called without an active
-    exception``, from torch's thread-local state)."""
+    Once the pool is closed the threads take no more jobs. Closed when the work is done, it waits for the threads'
+    end: one still ending while the interpreter exits can abort the process (``terminate called without an active
+    exception``, from torch's thread-local state). Closed by an exception (an error, Ctrl-C, SIGTERM, a caller that
+    stopped reading), it does not wait for the jobs being run: the threads are daemons, and the command exits at
+    once (:func:`srupp_asr.cli.exit_without_teardown` ends the process without the interpreter's teardown)."""
 
     def __init__(self, count: int) -> None:
         self.count = count
@@ -474,14 +475,15 @@ class _Workers:
             work, outcome = job
             outcome.run(work)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         import torch
 
         self._closed.set()
         for _ in self._threads:
             self._jobs.put(None)
-        for thread in self._threads:
-            thread.join()
+        if exc_type is None:
+            for thread in self._threads:
+                thread.join()
         torch.set_num_threads(self._torch_threads)
 
 
