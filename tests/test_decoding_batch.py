@@ -18,7 +18,14 @@ import torch
 
 from srupp_asr.audio import SAMPLE_RATE, AudioReader, SamplesReader
 from srupp_asr.decoding import DecodingOptions
-from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording, UnusableModel, concurrent_batches
+from srupp_asr.decoding.batch import (
+    BatchDecoder,
+    Batching,
+    Recording,
+    UnusableModel,
+    _union_seconds,
+    concurrent_batches,
+)
 from srupp_asr.errors import UserError
 from srupp_asr.loading import LoadedModel
 
@@ -303,6 +310,7 @@ def test_concurrent_batches_on_a_cpu_with_threads_to_share(two_threads):
     assert concurrent_batches("cpu") == 1
     with pytest.raises(ValueError, match="workers must be at least 1"):
         Batching(workers=0)
+    assert _union_seconds([(5.0, 6.0), (0.0, 2.0), (1.0, 3.0), (2.5, 2.75)]) == 4.0  # overlaps counted once
 
 
 def _imports(module: Path) -> set[str]:

@@ -11,10 +11,10 @@ its :class:`~srupp_asr.decoding.DecodingOptions` and an optional fusion LM, with
   with ``vad`` cuts in silences found by an energy detector;
 - with ``workers`` above 1 (:func:`concurrent_batches`: 2 on a CPU with 2 or more torch threads), that many batches
   (of whole recordings, or of a long recording's chunks) are decoded at once, each on its own thread with its share
-  of the torch threads. The
-  label-synchronous search is a long chain of small operations that gains nothing from a second thread inside it
-  (see ``_one_cpu_thread`` in :mod:`srupp_asr.decoding.modes`), while one batch's search beside another's encoder
-  keeps both cores busy: the 32 LJ Speech files decode 1.3x faster on 2 cores, with the same transcripts.
+  of the torch threads. The label-synchronous search is a long chain of small operations that gains nothing from a
+  second thread inside it (see ``_one_cpu_thread`` in :mod:`srupp_asr.decoding.modes`), while one batch's search
+  beside another's encoder keeps both cores busy: the 32 LJ Speech files decode 1.5x faster on 2 cores, idle or
+  with one core busy, with the same transcripts (docs/benchmarks.md, "CPU inference").
 
 A recording that cannot be read or decoded gives a :class:`Decoded` holding the error and the others go on; a model
 that lacks what the options need (:class:`UnusableModel`) stops everything. The model comes loaded
@@ -437,7 +437,7 @@ class _Outcome:
 
 
 class _Workers:
-    """``count`` threads that run submitted jobs in the order submitted, with the torch threads shared among them
+    """``count`` threads that take submitted jobs in the order submitted, with the torch threads shared among them
     (``torch.set_num_threads`` is set to its share while the pool is open and restored when it closes).
 
     Once the pool is closed the threads take no more jobs. Closed when the work is done, it waits for the threads'
