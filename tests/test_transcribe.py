@@ -103,6 +103,37 @@ def test_batched_and_one_by_one_decoding_agree(model, utts):
         assert words_a == words_b
 
 
+def test_two_batches_decode_at_once_on_the_cpus_threads_with_the_same_transcripts(model, utts, monkeypatch):
+    """With 2 torch threads ``transcribe`` decodes two batches at once, each on a thread of its own with one torch
+    thread (:mod:`srupp_asr.decoding.batch`); with 1 thread, one batch at a time in the caller's thread."""
+    import threading
+
+    import torch
+
+    from srupp_asr.decoding.batch import BatchDecoder
+
+    seen: list[tuple[str, int]] = []
+    decode_batch = BatchDecoder.decode_batch
+
+    def spy(self, recordings):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return decode_batch(self, recordings)
+
+    monkeypatch.setattr(BatchDecoder, "decode_batch", spy)
+    files = [w for w, _ in utts[:4]]
+    threads = torch.get_num_threads()
+    try:
+        two = transcribe(files, model, decoding="ctc_greedy", batch_size=1, threads=2, device="cpu")
+        assert len(seen) == 4 and {name for name, _ in seen} <= {"srupp-asr decode 0", "srupp-asr decode 1"}
+        assert {n for _, n in seen} == {1} and torch.get_num_threads() == 2
+        seen.clear()
+        one = transcribe(files, model, decoding="ctc_greedy", batch_size=1, threads=1, device="cpu")
+        assert seen == [("MainThread", 1)] * 4
+    finally:
+        torch.set_num_threads(threads)
+    assert [t.text for t in two] == [t.text for t in one] == [t for _, t in utts[:4]]
+
+
 def test_default_mode_recognises_the_utterances(model, utts):
     files = [w for w, _ in utts[:3]]
     assert [t.text for t in transcribe(files, model)] == [t for _, t in utts[:3]]
