@@ -10,7 +10,7 @@ faster (10.8-11.0 s -> 8.3-8.4 s), the same peak memory (docs/benchmarks.md, "CP
 threshold alone would be worse than nothing: it also stops the mmap threshold from adapting.
 
 The decode threads (:mod:`srupp_asr.decoding.batch` decodes two batches at once on 2 CPU threads) share one arena:
-by default each thread gets its own, which keeps its own freed blocks, and the peak grew by 90 MB with two.
+by default each thread gets its own, which keeps its own freed blocks: the peak was 50-90 MB higher with two.
 
 The settings are process-wide, so the commands that decode set them (``transcribe``, ``evaluate``), not the
 library's ``load_model``. Where the C library is not glibc (musl, macOS) nothing is changed.
