@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> dict:
     # The command exits as soon as its last transcript is written (no teardown), possibly before the 0.1-s sampler
     # saw it: then the last sample taken stands in.
     last = result["samples"][-1][2] if result["samples"] else None
-    rss_early, rss_end = (rss_after(result["samples"], n) for n in (early, args.files))
-    rss_early, rss_end = (last if rss is None else rss for rss in (rss_early, rss_end))
+    rss_early = rss_after(result["samples"], early) or last
+    rss_end = rss_after(result["samples"], args.files) or last
     cpu = platform.processor() or platform.machine()
     print(
         f"model: {model}; decoding {args.decoding or 'default (ctc_prefix_beam)'}; {args.threads} threads; "

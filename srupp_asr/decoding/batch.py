@@ -197,7 +197,7 @@ class BatchDecoder:
 
     def _decode_batches(self, batches: list[list[Recording]]) -> Iterator[list[Decoded]]:
         """Each batch's results, in order: one batch at a time, or ``workers`` at once when there are several."""
-        workers = min(self.workers, len(batches))
+        workers = min(self.batching.workers, len(batches))
         if workers <= 1:
             yield from map(self._decode_or_split, batches)
             return
@@ -212,11 +212,6 @@ class BatchDecoder:
                 _rescale_seconds(results, now - before)
                 before = now
                 yield results
-
-    @property
-    def workers(self) -> int:
-        """Batches decoded at once: ``batching.workers`` on the CPU, one on a GPU."""
-        return self.batching.workers if self.device.type == "cpu" else 1
 
     def _decode_or_split(self, batch: list[Recording]) -> list[Decoded]:
         """:meth:`decode_batch`, or, when decoding the batch fails, each recording alone (a failure is its own)."""
@@ -345,7 +340,8 @@ class BatchDecoder:
         busy: list[tuple[float, float]] = []  # when each batch of chunks was being decoded
         with contextlib.ExitStack() as stack:
             reader = stack.enter_context(recording.open())  # a file, or samples given in memory
-            pool = stack.enter_context(_Workers(self.workers)) if self.workers > 1 else None
+            workers = self.batching.workers
+            pool = stack.enter_context(_Workers(workers)) if workers > 1 else None
             chunks, silences = self.plan(reader)
             spans = [c.seconds(self.rate) for c in chunks]
             words: list[list[Word]] = []
