@@ -46,7 +46,8 @@ DEFAULT_REAL_DEV = ROOT.parent / "shared" / "data" / "real_en"
 SRUPP = Path(sys.executable).with_name("srupp-asr")
 # srupp-asr modes: row label -> extra transcribe arguments
 MODES = {
-    "defaults": [],
+    "defaults": [],  # float32 on the numpy runtime (no torch)
+    "torch": ["--engine", "torch"],  # the same model and search in torch
     "int8": ["--compute-type", "int8"],
     "bfloat16": ["--compute-type", "bfloat16"],
     "ctc_greedy": ["--decoding", "ctc_greedy"],
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real-dev", type=Path, default=DEFAULT_REAL_DEV, help="the real_en folder")
     p.add_argument("--sets", nargs="+", default=["ljspeech32"], help="real_en sets whose dev split is decoded")
     choices = [*MODES, *PEERS]
-    default_systems = ["defaults", "int8", "ctc_greedy", "whisper", "pocketsphinx"]
+    default_systems = ["defaults", "torch", "int8", "ctc_greedy", "whisper", "pocketsphinx"]
     p.add_argument("--systems", nargs="+", default=default_systems, help=f"of {', '.join(choices)}")
     p.add_argument("--threads", type=int, default=2, help="CPU threads of every system (default 2)")
     p.add_argument("--short", action="store_true", help="also run each system on the file nearest 3 s long")

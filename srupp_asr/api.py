@@ -51,7 +51,7 @@ class Model(LoadedModel):
         """
         from srupp_asr.audio import is_samples
 
-        for fixed in ("model", "device", "compute_type"):
+        for fixed in ("model", "device", "compute_type", "engine"):
             if fixed in options:
                 raise TypeError(f"Model.transcribe() takes no {fixed!r}: it is the loaded model's own")
         single = is_samples(audio) or (
@@ -64,11 +64,15 @@ class Model(LoadedModel):
 
 
 def load_model(
-    name_or_dir: str | os.PathLike[str] | None = None, device: str = "auto", compute_type: str = DEFAULT_COMPUTE_TYPE
+    name_or_dir: str | os.PathLike[str] | None = None,
+    device: str = "auto",
+    compute_type: str = DEFAULT_COMPUTE_TYPE,
+    engine: str = "auto",
 ) -> Model:
     """Load a model once for many :meth:`Model.transcribe` calls: ``name_or_dir`` a model directory (what
     ``srupp-asr average`` or ``export`` wrote), or None / ``"default"`` for the built-in model; ``device``
     ``cpu``, ``cuda`` or ``auto`` (a GPU when there is one); ``compute_type`` ``float32``, ``int8`` (the
     Linear layers quantised; CPU only, so ``auto`` means the CPU) or ``bfloat16`` (the encoder in bfloat16 autocast,
-    where the device does it natively; :mod:`srupp_asr.compute_types`)."""
-    return Model.load(name_or_dir, device, compute_type)
+    where the device does it natively; :mod:`srupp_asr.compute_types`); ``engine`` ``auto`` (float32 on the CPU in
+    numpy, without torch: :mod:`srupp_asr.runtime`), ``numpy`` or ``torch``."""
+    return Model.load(name_or_dir, device, compute_type, engine)

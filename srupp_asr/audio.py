@@ -7,7 +7,8 @@ its wheel), whole, into memory: :class:`_AvFile`. Anything else keeps libsndfile
 are never "decoded" by FFmpeg's lenient probing.
 
 Everything the model hears goes through :func:`prepare_waveform`, so a file given to ``transcribe``
-and a lhotse cut seen in training become the same kind of tensor.
+and a lhotse cut seen in training become the same float32 numpy array (this module imports no torch: inference on
+the CPU runs without it, :mod:`srupp_asr.runtime`).
 
 :class:`AudioReader` reads any stretch of a file at 16 kHz without decoding the rest: it seeks, decodes
 the stretch with enough context on each side for the resampler's filter, and trims, so the samples equal
@@ -31,8 +32,6 @@ from typing import BinaryIO
 
 import numpy as np
 import soundfile as sf
-import torch
-import torchaudio.transforms
 
 from srupp_asr.errors import UserError, first_line
 
@@ -83,23 +82,31 @@ _XING_FRAMES, _XING_BYTES = 0x1, 0x2  # the flags telling which counts the tag h
 _XING_SIZE_TOLERANCE = 0.01
 
 
-def prepare_waveform(
-    samples: np.ndarray | torch.Tensor, sample_rate: int, target_rate: int = SAMPLE_RATE
-) -> torch.Tensor:
-    """Float32 mono 1-D waveform in [-1, 1] at ``target_rate`` from (channels, samples) or (samples,) audio."""
+def prepare_waveform(samples: object, sample_rate: int, target_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Float32 mono 1-D waveform in [-1, 1] at ``target_rate`` from (channels, samples) or (samples,) audio (a
+    numpy array, or a torch tensor on any device)."""
     if sample_rate <= 0 or target_rate <= 0:
         raise ValueError(f"sample rates must be positive, got {sample_rate} and {target_rate}")
-    wav = torch.as_tensor(samples, dtype=torch.float32)
-    if wav.dim() == 2:
-        wav = wav.mean(dim=0)
-    elif wav.dim() != 1:
+    wav = _as_array(samples).astype(np.float32, copy=False)
+    if wav.ndim == 2:
+        wav = wav.mean(axis=0, dtype=np.float32)
+    elif wav.ndim != 1:
         raise ValueError(f"expected (channels, samples) or (samples,) audio, got shape {tuple(wav.shape)}")
     sample_rate = resampling_rate(sample_rate, target_rate)
-    if sample_rate != target_rate and wav.numel() > 0:  # torchaudio cannot resample nothing
-        wav = _resampler(sample_rate, target_rate, wav.device)(wav)
+    if sample_rate != target_rate and wav.size > 0:
+        wav = resample(wav, sample_rate, target_rate)
     # Float files may exceed full scale and the resampler can overshoot a little; the features assume
     # 16-bit-like input, so clip as a 16-bit encoder would.
-    return wav.clamp_(-1.0, 1.0).contiguous()
+    return np.ascontiguousarray(np.clip(wav, -1.0, 1.0), dtype=np.float32)
+
+
+def _as_array(samples: object) -> np.ndarray:
+    """``samples`` as a numpy array: a torch tensor (from any device) is copied to the host; torch is never imported
+    here (a caller holding a tensor has imported it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(samples, torch.Tensor):
+        return samples.detach().cpu().float().numpy()
+    return np.asarray(samples)
 
 
 def _kernel_size(sample_rate: int, target_rate: int) -> int:
@@ -123,14 +130,15 @@ def resampling_rate(sample_rate: int, target_rate: int = SAMPLE_RATE) -> int:
     return max(target_rate, round(sample_rate / target_rate) * target_rate)
 
 
-@functools.lru_cache(maxsize=16)
-def _resampler(sample_rate: int, target_rate: int, device: torch.device) -> torchaudio.transforms.Resample:
-    """``torchaudio.functional.resample`` with its filter kernel built once per pair of rates (building it costs more
-    than applying it to seconds of audio); float32 kernels, so the output is bit for bit the function's."""
-    return torchaudio.transforms.Resample(sample_rate, target_rate, dtype=torch.float32).to(device)
+def resample(wav: np.ndarray, sample_rate: int, target_rate: int) -> np.ndarray:
+    """TEMPORARY: torchaudio's resampling until the numpy one lands."""
+    import torch
+    import torchaudio.functional
+
+    return torchaudio.functional.resample(torch.from_numpy(np.ascontiguousarray(wav)), sample_rate, target_rate).numpy()
 
 
-def load_audio(path: str | os.PathLike[str], sample_rate: int = SAMPLE_RATE) -> torch.Tensor:
+def load_audio(path: str | os.PathLike[str], sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """Decode an audio file (wav/flac/ogg/mp3/...) to a float32 mono 1-D waveform in [-1, 1] at ``sample_rate``."""
     with AudioReader(path, sample_rate) as reader:
         return reader.read(0, reader.num_samples)
@@ -228,12 +236,12 @@ class AudioReader:
         except OSError:  # libsndfile has it open: a failure here is for decoding to report
             return None
 
-    def read(self, start: int, end: int) -> torch.Tensor:
-        """Samples ``[start, end)`` (at ``sample_rate``) as a float32 mono 1-D tensor in [-1, 1]; shorter only where
+    def read(self, start: int, end: int) -> np.ndarray:
+        """Samples ``[start, end)`` (at ``sample_rate``) as a float32 mono 1-D array in [-1, 1]; shorter only where
         a compressed file holds fewer samples than its header estimated."""
         start, end = max(0, start), min(end, self.num_samples)
         if end <= start:
-            return torch.zeros(0)
+            return np.zeros(0, np.float32)
         # Decode whole resampling blocks (their first input sample lands exactly on an output sample) with enough
         # context for the filter on both sides: the trimmed result equals resampling the whole file.
         first_block = max(0, start // self._step_out - self._context_blocks)
@@ -243,15 +251,15 @@ class AudioReader:
         data = self._decode(begin, frames)
         wav = prepare_waveform(data.T, self.file_rate, self.sample_rate)
         offset = first_block * self._step_out
-        return wav[start - offset : end - offset].contiguous()
+        return np.ascontiguousarray(wav[start - offset : end - offset])
 
-    def blocks(self, block_samples: int) -> Iterator[tuple[int, torch.Tensor]]:
+    def blocks(self, block_samples: int) -> Iterator[tuple[int, np.ndarray]]:
         """``(start, samples)`` of consecutive stretches of ``block_samples`` covering the file."""
         if block_samples <= 0:
             raise ValueError(f"block_samples must be positive, got {block_samples}")
         for start in range(0, self.num_samples, block_samples):
             wav = self.read(start, start + block_samples)
-            if wav.numel() == 0:
+            if wav.size == 0:
                 return
             yield start, wav
 
@@ -356,7 +364,7 @@ class SamplesReader:
             raise UserError(
                 f"{name}: sample_rate {sample_rate} Hz is outside {MIN_FILE_RATE}-{MAX_FILE_RATE} Hz (not speech audio)"
             )
-        data = samples.detach().cpu().numpy() if isinstance(samples, torch.Tensor) else np.asarray(samples)
+        data = _as_array(samples)
         if data.dtype.name in _INTEGER_SCALES:
             data = data.astype(np.float32) / _INTEGER_SCALES[data.dtype.name]
         elif data.dtype.kind != "f":
@@ -375,16 +383,16 @@ class SamplesReader:
         self.file_rate, self.channels = int(sample_rate), 1 if data.ndim == 1 else data.shape[0]
         self.peak = float(np.abs(data).max())
         self._wav = prepare_waveform(data, self.file_rate, target_rate)
-        self.num_samples: int = self._wav.numel()
+        self.num_samples: int = self._wav.size
 
     duration = AudioReader.duration
     level_warning = AudioReader.level_warning
     blocks = AudioReader.blocks
 
-    def read(self, start: int, end: int) -> torch.Tensor:
+    def read(self, start: int, end: int) -> np.ndarray:
         """Samples ``[start, end)`` of the 16 kHz waveform (a copy: the caller may change it)."""
         start, end = max(0, start), min(end, self.num_samples)
-        return self._wav[start:end].clone() if end > start else torch.zeros(0)
+        return self._wav[start:end].copy() if end > start else np.zeros(0, np.float32)
 
     def close(self) -> None:
         """Nothing to close (the samples stay readable)."""
@@ -496,7 +504,8 @@ def _declared_frames(stream: object, container: object, rate: int) -> int | None
 
 def is_samples(audio: object) -> bool:
     """Whether ``audio`` is samples in memory (a numpy array or torch tensor) rather than a path or a list."""
-    return isinstance(audio, np.ndarray | torch.Tensor)
+    torch = sys.modules.get("torch")
+    return isinstance(audio, np.ndarray) or (torch is not None and isinstance(audio, torch.Tensor))
 
 
 def _declared_more(declared: int, present: int) -> str:

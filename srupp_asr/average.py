@@ -442,7 +442,8 @@ def lm_writer(
     it as an LM directory at a given path in ``dtype`` with the fusion weight ``weight`` (None: the LM's own recorded
     weight, else ``DEFAULT_LM_WEIGHT``). Every problem is a one-line UserError naming the file."""
     from srupp_asr.decoding.settings import DEFAULT_LM_WEIGHT
-    from srupp_asr.lm import check_fusion_weight, check_same_tokenizer, load_lm, read_fusion_weight
+    from srupp_asr.lm import load_lm
+    from srupp_asr.model_files import check_fusion_weight, check_same_tokenizer, read_fusion_weight
     from srupp_asr.tokenizer import Tokenizer
 
     lm, lm_tokenizer = load_lm(lm_dir)
@@ -470,8 +471,8 @@ def ship_lm(
     ``lm/`` path."""
     import torch
 
-    from srupp_asr.lm import LM_SUBDIR
     from srupp_asr.model_dir import TOKENIZER_FILE, read_model_config
+    from srupp_asr.model_files import LM_SUBDIR
 
     model_dir = Path(model_dir)
     read_model_config(model_dir)  # a model directory, not something else
@@ -501,7 +502,7 @@ def average_command(args: argparse.Namespace) -> int:
     dtype = STORAGE_DTYPES[args.dtype]
     subdirs = {}
     if args.lm is not None:
-        from srupp_asr.lm import LM_SUBDIR
+        from srupp_asr.model_files import LM_SUBDIR
 
         subdirs[LM_SUBDIR] = lm_writer(args.lm, tokenizer, args.lm_weight, STORAGE_DTYPES[args.lm_dtype])
     out = export_model(
@@ -514,7 +515,7 @@ def average_command(args: argparse.Namespace) -> int:
         print(f"  {c.path}  step {c.step}  {score}".rstrip())
     print(f"wrote {out} ({', '.join(sorted(p.name for p in out.iterdir()))})")
     if subdirs:
-        from srupp_asr.lm import LM_SUBDIR, read_fusion_weight
+        from srupp_asr.model_files import LM_SUBDIR, read_fusion_weight
 
         weight = read_fusion_weight(out / LM_SUBDIR)
         print(f"with the LM of {args.lm} as {out / LM_SUBDIR} ({args.lm_dtype}, default fusion weight {weight:g})")

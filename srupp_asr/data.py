@@ -177,8 +177,8 @@ class ASRDataset(torch.utils.data.Dataset):
             audio = prepare_waveform(audio, cut.sampling_rate)
             if self.channel_augment is not None:  # seeded per cut from the batch's generator
                 rng = np.random.default_rng(self._random().randrange(2**63))
-                audio = torch.from_numpy(self.channel_augment(audio.numpy(), rng, cut.sampling_rate))
-            audios.append(audio)
+                audio = self.channel_augment(audio, rng, cut.sampling_rate)
+            audios.append(torch.from_numpy(audio))
             texts.append(cut_text(cut))
             ids.append(cut.id)
         return audios, texts, ids

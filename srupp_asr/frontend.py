@@ -178,7 +178,7 @@ def compute_cmvn_stats(
             continue
         if samples is None:
             raise UserError(f"cut {cut.id}: has no audio to compute CMVN stats from")
-        wav = prepare_waveform(samples, cut.sampling_rate)
+        wav = torch.from_numpy(prepare_waveform(samples, cut.sampling_rate))
         feats, frames = fbank(wav[None], torch.tensor([wav.numel()]))
         # float64 sums: a thousand hours is ~4e8 frames, beyond float32's exact range.
         feats = feats[0, : int(frames[0])].double()

@@ -32,22 +32,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from srupp_asr.checks import check_size, lm_weight_problem
+from srupp_asr.checks import check_size
 from srupp_asr.errors import UserError
-from srupp_asr.fileio import read_yaml_mapping
-from srupp_asr.model_dir import (
-    CONFIG_FILE,
+from srupp_asr.model_dir import build_with_weights, write_model_dir
+from srupp_asr.model_files import (  # the LM directory's files, read without torch; re-exported
     FORMAT_VERSION,
-    TOKENIZER_FILE,
-    build_with_weights,
-    check_no_pickles,
-    write_model_dir,
+    FUSION_WEIGHT_KEY,
+    check_fusion_weight,
+    read_lm_config,
+    read_tokenizer,
 )
 from srupp_asr.sru import LayerState, SRUppEncoder
 from srupp_asr.tokenizer import Tokenizer
 
-LM_SUBDIR = "lm"  # a model directory's own LM
-FUSION_WEIGHT_KEY = "fusion_weight"  # in an LM's config.yaml: the fusion weight to use it with by default
 SOS_EOS_ID = Tokenizer.sos_eos_id
 PAD_ID = Tokenizer.blank_id  # never a target: the blank is not a text token
 
@@ -165,68 +162,15 @@ def save_lm(
     return write_model_dir(out_dir, config, weights, tokenizer_path)
 
 
-def check_fusion_weight(value: Any, what: str) -> float:
-    """``value`` as a fusion weight (:func:`~srupp_asr.checks.lm_weight_problem`); a one-line UserError
-    starting with ``what`` if not."""
-    problem = lm_weight_problem(value)
-    if problem:
-        raise UserError(f"{what} {problem}")
-    return float(value)
-
-
-def read_fusion_weight(lm_dir: str | os.PathLike) -> float | None:
-    """The fusion weight recorded in ``lm_dir/config.yaml`` (None when it records none, as ``train-lm`` output);
-    a missing or unreadable config, or a bad weight, is a one-line UserError naming the file."""
-    config_path = _lm_config_path(lm_dir)
-    value = read_yaml_mapping(config_path, "LM config").get(FUSION_WEIGHT_KEY)
-    return None if value is None else check_fusion_weight(value, f"{config_path}: {FUSION_WEIGHT_KEY}")
-
-
-def _lm_config_path(lm_dir: str | os.PathLike) -> Path:
-    """``lm_dir/config.yaml``; a one-line UserError when ``lm_dir`` is not a folder or holds no config (a config
-    that is there but not a regular file is refused as what it is when read)."""
-    lm_dir = Path(lm_dir)
-    if not lm_dir.is_dir():
-        what = "not a directory (an LM directory holds config.yaml, weights and tokenizer.model)"
-        raise UserError(f"{lm_dir}: {what if lm_dir.exists() else 'LM directory not found'}")
-    config_path = lm_dir / CONFIG_FILE
-    if not os.path.lexists(config_path):
-        raise UserError(f"{config_path}: not found (not a srupp-asr LM directory)")
-    return config_path
-
-
 def load_lm(lm_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[SRUppLM, Tokenizer]:
     """The LM (eval mode, on ``device``) and tokenizer of an LM directory; reads no pickle."""
     lm_dir = Path(lm_dir)
-    config_path = _lm_config_path(lm_dir)
-    check_no_pickles(lm_dir)
-    data = read_yaml_mapping(config_path, "LM config")
-    if data.get("format_version") != FORMAT_VERSION:
-        raise UserError(f"{config_path}: unknown format_version {data.get('format_version')!r}")
-    if not isinstance(data.get("lm"), dict):
-        what = "an ASR model, not an LM" if isinstance(data.get("model"), dict) else "no 'lm:' settings"
-        raise UserError(f"{config_path}: {what}")
+    config_path, data = read_lm_config(lm_dir)
     tokenizer = None
 
     def check_tokenizer(skeleton: torch.nn.Module) -> None:
         nonlocal tokenizer
-        tokenizer_path = lm_dir / TOKENIZER_FILE
-        if not os.path.lexists(tokenizer_path):  # there but not a file: the reader says what it is
-            raise UserError(f"{tokenizer_path}: not found (an LM directory holds its tokenizer)")
-        tokenizer = Tokenizer(tokenizer_path)
-        if tokenizer.vocab_size != skeleton.vocab_size:
-            raise UserError(
-                f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, the LM {skeleton.vocab_size}"
-            )
+        tokenizer = read_tokenizer(lm_dir, skeleton.vocab_size, f"the LM {skeleton.vocab_size}", "an LM directory")
 
     model = build_with_weights(lambda: SRUppLM(**data["lm"]), config_path, lm_dir, "LM", check_tokenizer)
     return model.to(device).eval(), tokenizer
-
-
-def check_same_tokenizer(lm_tokenizer: Tokenizer, asr_tokenizer: Tokenizer, lm_dir: str | os.PathLike) -> None:
-    """A UserError unless the LM was trained on the ASR model's pieces (same vocabulary, same ids)."""
-    same = lm_tokenizer.vocab_size == asr_tokenizer.vocab_size and all(
-        lm_tokenizer.id_to_piece(i) == asr_tokenizer.id_to_piece(i) for i in range(asr_tokenizer.vocab_size)
-    )
-    if not same:
-        raise UserError(f"{lm_dir}: the LM's tokenizer differs from the ASR model's (train the LM with its tokenizer)")

@@ -2,8 +2,10 @@
 
 :class:`LoadedModel` is what ``transcribe``, ``evaluate`` and the Python API (:class:`srupp_asr.api.Model`, a
 subclass) decode with. :meth:`LoadedModel.load` resolves the device (:func:`compute_device`: ``auto``, a missing
-GPU, int8 on the CPU only), reads the model directory in its compute type (:func:`srupp_asr.model_dir.load_model_dir`:
-no pickle, every tensor checked) and readies the CPU recurrence, so that all of it counts as loading, not decoding.
+GPU, int8 on the CPU only) and the engine: float32 on the CPU runs on the numpy runtime (:mod:`srupp_asr.runtime`, no
+torch) where it runs the model, anything else reads the model directory as a torch network in its compute type
+(:func:`srupp_asr.model_dir.load_model_dir`: no pickle, every tensor checked) and readies the CPU recurrence, so that
+all of it counts as loading, not decoding.
 :meth:`LoadedModel.fuse` settles the LM: which one (:func:`choose_lm`: ``lm``, else the model directory's own
 ``lm/``), the options' LM weight (:func:`fused_options`) and the LM itself, loaded once per directory
 (:func:`load_fusion_lm`). Light to import (no torch).
@@ -11,6 +13,7 @@ no pickle, every tensor checked) and readies the CPU recurrence, so that all of 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import os
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from srupp_asr.decoding import DecodingOptions
     from srupp_asr.lm import SRUppLM
     from srupp_asr.model import ASRModel
+    from srupp_asr.runtime.engine import NumpyASR
+    from srupp_asr.runtime.lm import SRUppLM as NumpyLM
     from srupp_asr.tokenizer import Tokenizer
 
 # Names LoadedModel.load takes besides a directory: the built-in model.
@@ -36,8 +41,28 @@ BUILTIN_NAMES = ("default", "builtin")
 WHISPER_SIZES = ("tiny", "base", "small", "medium", "large", "large-v2", "large-v3", "turbo")
 
 
+# Device files of the GPU drivers torch's CUDA (or ROCm) build talks to: NVIDIA's, AMD's, WSL's.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+ENGINES = ("auto", "numpy", "torch")  # what computes on the CPU: see LoadedModel.load
+
+
+def add_engine_argument(p: argparse.ArgumentParser) -> None:
+    """``--engine`` for the commands that load an ASR model."""
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=ENGINES,
+        help="what computes on the CPU: auto (numpy for float32 on the CPU: no torch imported, a third of the "
+        "memory; torch for a GPU, int8, bfloat16, the rescoring modes and the Conformer or BLSTM encoders), numpy "
+        "or torch (default auto)",
+    )
+
+
 def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``; ``cuda`` without one is a UserError."""
+    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu`` (without importing torch on a machine with no GPU
+    driver); ``cuda`` without one is a UserError."""
+    if device == "auto" and not any(os.path.exists(path) for path in GPU_DEVICE_FILES):
+        return "cpu"
     import torch
 
     if device == "auto":
@@ -93,7 +118,7 @@ def choose_lm(
     one), else :data:`DEFAULT_LM_WEIGHT`. ``no_lm`` or a weight of 0: none. ``ctc_greedy`` ignores the model's own
     LM (it takes none) unless a weight is asked for, which :func:`fused_options` then refuses, as it refuses
     ``lm`` with ``ctc_greedy``."""
-    from srupp_asr.lm import LM_SUBDIR, read_fusion_weight
+    from srupp_asr.model_files import LM_SUBDIR, read_fusion_weight
 
     check_lm_flags(lm, lm_weight, no_lm)
     if no_lm:
@@ -128,7 +153,8 @@ def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions
 
 def load_fusion_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer, device: str) -> SRUppLM:
     """The LM of ``lm_dir`` on ``device``, checked to use ``tokenizer``'s pieces."""
-    from srupp_asr.lm import check_same_tokenizer, load_lm
+    from srupp_asr.lm import load_lm
+    from srupp_asr.model_files import check_same_tokenizer
 
     lm, lm_tokenizer = load_lm(lm_dir, device)
     check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
@@ -165,12 +191,30 @@ def ready_cpu_recurrence(net: torch.nn.Module) -> None:
             kernels.cpu_extension()
 
 
-class LoadedModel:
-    """A model directory loaded on a device for decoding, with the fusion LMs loaded for it (by directory)."""
+def runs_on_numpy(net: object) -> bool:
+    """Whether ``net`` is a numpy network of :mod:`srupp_asr.runtime` (else a torch module)."""
+    return hasattr(net, "decode_waveforms")
 
-    def __init__(self, net: ASRModel, tokenizer: Tokenizer, model_dir: str, device: torch.device) -> None:
+
+class LoadedModel:
+    """A model directory loaded for decoding, with the fusion LMs loaded for it (by directory).
+
+    On the CPU in float32 the network is the numpy runtime's (:mod:`srupp_asr.runtime`: no torch imported, a third
+    of the memory) wherever it runs the model; elsewhere, and for the modes the runtime does not run
+    (:meth:`net_for`), it is the torch network."""
+
+    def __init__(
+        self,
+        net: ASRModel | NumpyASR,
+        tokenizer: Tokenizer,
+        model_dir: str,
+        device: torch.device | str,
+        compute_type: str = DEFAULT_COMPUTE_TYPE,
+    ) -> None:
         self.net, self.tokenizer, self.model_dir, self.device = net, tokenizer, model_dir, device
-        self._lms: dict[Path, SRUppLM] = {}  # fusion LMs loaded for this model, by resolved directory
+        self.compute_type = compute_type
+        self._torch_net = None if runs_on_numpy(net) else net  # loaded when a mode needs it (net_for)
+        self._lms: dict[tuple[bool, Path], object] = {}  # fusion LMs by (numpy?, resolved directory)
 
     @classmethod
     def load(
@@ -178,34 +222,76 @@ class LoadedModel:
         name_or_dir: str | os.PathLike[str] | None = None,
         device: str = "auto",
         compute_type: str = DEFAULT_COMPUTE_TYPE,
+        engine: str = "auto",
     ) -> Self:
         """Load ``name_or_dir`` (a model directory, or None / ``"default"`` for the built-in model) on ``device``
         (``cpu``, ``cuda``, ``cuda:1`` or ``auto``) in ``compute_type`` (``float32``, ``int8`` on the CPU, or
         ``bfloat16`` where the device does it natively: :mod:`srupp_asr.compute_types`); a UserError naming the
-        problem when it cannot be loaded."""
+        problem when it cannot be loaded. ``engine``: ``auto`` (the numpy runtime for float32 on the CPU where it
+        runs the model, else torch), ``numpy`` (that runtime, or a UserError saying why not) or ``torch``."""
         from srupp_asr.model_dir import load_model_dir
 
+        if engine not in ENGINES:
+            raise UserError(f"--engine {engine}: unknown engine (choose {', '.join(ENGINES)})")
         resolved = compute_device(compute_type, device)
         model_dir = model_dir_named(name_or_dir)
+        if engine != "torch":
+            if resolved == "cpu" and compute_type == "float32":
+                from srupp_asr.runtime.engine import NumpyASR, Unsupported
+
+                try:
+                    net, tokenizer = NumpyASR.load(model_dir)
+                    return cls(net, tokenizer, str(model_dir), "cpu", compute_type)
+                except Unsupported as err:
+                    if engine == "numpy":
+                        raise UserError(f"--engine numpy: {err}") from None
+            elif engine == "numpy":
+                raise UserError(
+                    f"--engine numpy: float32 on the CPU only, not {compute_type} on {resolved} (use --engine torch)"
+                )
         net, tokenizer = load_model_dir(model_dir, resolved, compute_type)
         ready_cpu_recurrence(net)
-        return cls(net, tokenizer, str(model_dir), next(net.parameters()).device)
+        return cls(net, tokenizer, str(model_dir), next(net.parameters()).device, compute_type)
 
-    def fusion_lm(self, lm_dir: str | os.PathLike[str]) -> SRUppLM:
-        """The LM of ``lm_dir`` on this model's device, checked to share its tokenizer; loaded once per directory."""
-        key = Path(lm_dir).resolve()
+    def net_for(self, options: DecodingOptions) -> ASRModel | NumpyASR:
+        """The network that decodes with ``options``: :attr:`net`, or, for a mode the numpy runtime does not run
+        (``rescoring``, ``ctc_prefix_beam`` without an LM), the torch network on the CPU, loaded then (once)."""
+        if not runs_on_numpy(self.net) or self.net.runs(options):
+            return self.net
+        if self._torch_net is None:
+            from srupp_asr.model_dir import load_model_dir
+
+            self._torch_net, _ = load_model_dir(self.model_dir, "cpu", self.compute_type)
+            ready_cpu_recurrence(self._torch_net)
+        return self._torch_net
+
+    def fusion_lm(self, lm_dir: str | os.PathLike[str], numpy: bool | None = None) -> SRUppLM | NumpyLM:
+        """The LM of ``lm_dir`` for this model (numpy for a numpy network, unless ``numpy`` says otherwise), checked
+        to share its tokenizer; loaded once per directory."""
+        numpy = runs_on_numpy(self.net) if numpy is None else numpy
+        key = (numpy, Path(lm_dir).resolve())
         if key not in self._lms:
-            self._lms[key] = load_fusion_lm(lm_dir, self.tokenizer, str(self.device))
+            if numpy:
+                from srupp_asr.runtime.engine import load_numpy_lm
+
+                self._lms[key] = load_numpy_lm(lm_dir, self.tokenizer)
+            else:
+                self._lms[key] = load_fusion_lm(
+                    lm_dir, self.tokenizer, "cpu" if runs_on_numpy(self.net) else str(self.device)
+                )
         return self._lms[key]
 
     def fuse(
         self, options: DecodingOptions, lm: str | os.PathLike[str] | None, lm_weight: float | None, no_lm: bool
-    ) -> tuple[DecodingOptions, SRUppLM | None, LMChoice]:
-        """The options to decode with (their LM weight set), the LM to fuse (None: none) and the choice made
-        (:func:`choose_lm`), for options asked with ``lm``, ``lm_weight`` (None: the LM's own) and ``no_lm``."""
+    ) -> tuple[DecodingOptions, SRUppLM | NumpyLM | None, LMChoice]:
+        """The options to decode with (their LM weight set), the LM to fuse (None: none; for the network
+        :meth:`net_for` gives for them) and the choice made (:func:`choose_lm`), for options asked with ``lm``,
+        ``lm_weight`` (None: the LM's own) and ``no_lm``."""
         choice = choose_lm(self.model_dir, options.mode, lm, lm_weight, no_lm)
         options = fused_options(options, choice)
-        return options, self.fusion_lm(choice.path) if choice.path is not None else None, choice
+        if choice.path is None:
+            return options, None, choice
+        return options, self.fusion_lm(choice.path, runs_on_numpy(self.net_for(options))), choice
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model_dir!r}, device={str(self.device)!r})"

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,24 +38,30 @@ from srupp_asr.checkpoints import load_checkpoint
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, apply_compute_type
 from srupp_asr.errors import UserError, first_line, is_out_of_memory
 from srupp_asr.fileio import (
-    MAX_CONFIG_BYTES,
     atomic_output,
     atomic_write_text,
     make_temp_dir,
-    read_text,
-    read_yaml_mapping,
     replace_dir,
 )
 from srupp_asr.model import ASRModel
+from srupp_asr.model_files import (  # the files, read without torch; re-exported for the readers and writers here
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    SHARD_FILE,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    WEIGHTS_INDEX_FILE,
+    check_no_pickles,
+    non_finite_weight,
+    not_a_file,
+    read_model_config,
+    read_tokenizer,
+    weight_files,
+    weight_groups,
+)
 from srupp_asr.tokenizer import Tokenizer
 
-FORMAT_VERSION = 1
-CONFIG_FILE = "config.yaml"
-WEIGHTS_FILE = "model.safetensors"
-WEIGHTS_INDEX_FILE = "model.safetensors.index.json"  # present instead of WEIGHTS_FILE when the weights are sharded
-SHARD_FILE = "model-{:05d}-of-{:05d}.safetensors"
 STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-TOKENIZER_FILE = "tokenizer.model"
 MODEL_PREFIX = "model."  # ASRLightningModule holds the network as ``self.model``
 
 
@@ -248,24 +252,6 @@ def _write_weights(folder: Path, shards: Sequence[Mapping[str, torch.Tensor]]) -
         atomic_write_text(folder / WEIGHTS_INDEX_FILE, json.dumps(index, indent=2) + "\n")
 
 
-def read_model_config(model_dir: str | os.PathLike) -> dict[str, Any]:
-    """The checked contents of ``model_dir/config.yaml`` (format_version 1)."""
-    path = Path(model_dir) / CONFIG_FILE
-    if not path.exists():
-        raise UserError(f"{path}: not found (not a srupp-asr model directory)")
-    data = read_yaml_mapping(path, "model config")
-    if "format_version" not in data:
-        raise UserError(f"{path}: no format_version (not a srupp-asr model config)")
-    if data["format_version"] != FORMAT_VERSION:
-        version = data["format_version"]
-        raise UserError(f"{path}: unknown format_version {version!r} (this srupp-asr reads {FORMAT_VERSION})")
-    if data.get("sample_rate", SAMPLE_RATE) != SAMPLE_RATE:
-        raise UserError(f"{path}: sample_rate {data['sample_rate']!r} is not supported (the model takes {SAMPLE_RATE})")
-    if not isinstance(data.get("model"), dict):
-        raise UserError(f"{path}: has no model settings (a 'model:' mapping)")
-    return data
-
-
 def load_model_dir(
     model_dir: str | os.PathLike, device: str | torch.device = "cpu", compute_type: str = DEFAULT_COMPUTE_TYPE
 ) -> tuple[ASRModel, Tokenizer]:
@@ -280,101 +266,17 @@ def load_model_dir(
         what = "is a file, not a model directory" if model_dir.exists() else "model directory not found"
         raise UserError(f"{model_dir}: {what}")
     check_no_pickles(model_dir)
-    config_path, tokenizer_path = model_dir / CONFIG_FILE, model_dir / TOKENIZER_FILE
+    config_path = model_dir / CONFIG_FILE
     config = read_model_config(model_dir)
     tokenizer = None
 
     def check_tokenizer(skeleton: torch.nn.Module) -> None:
         nonlocal tokenizer
-        if not os.path.lexists(tokenizer_path):  # there but not a file: the reader says what it is
-            raise UserError(f"{tokenizer_path}: not found (a model directory holds its tokenizer)")
-        tokenizer = Tokenizer(tokenizer_path)
-        if tokenizer.vocab_size != skeleton.vocab_size:
-            detail = f"tokenizer has {tokenizer.vocab_size} pieces, {CONFIG_FILE} says vocab_size {skeleton.vocab_size}"
-            raise UserError(f"{tokenizer_path}: {detail}")
+        vocab_size = skeleton.vocab_size
+        tokenizer = read_tokenizer(model_dir, vocab_size, f"{CONFIG_FILE} says vocab_size {vocab_size}")
 
     model = build_with_weights(lambda: ASRModel(**config["model"]), config_path, model_dir, "model", check_tokenizer)
     return apply_compute_type(model.to(device).eval(), compute_type), tokenizer
-
-
-# Names of files that hold pickles (torch.save, joblib, numpy object arrays), and the first bytes of one.
-PICKLE_SUFFIXES = frozenset({".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".bin", ".joblib", ".npy", ".npz", ".dill"})
-_PICKLE_MAGIC = (b"PK\x03\x04", *(bytes([0x80, protocol]) for protocol in range(2, 6)))
-
-
-def check_no_pickles(folder: Path, parsed: Sequence[str] = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)) -> None:
-    """Refuse a model (or LM) directory holding a file that could be a pickle, by name or by its first bytes:
-    a directory from a stranger must not suggest that anything in it is to be unpickled. ``parsed`` files, the
-    weights index and the shards it lists are read by their own safe parsers and not sniffed (a safetensors header
-    length can begin with 0x80)."""
-    skipped = {*parsed, WEIGHTS_INDEX_FILE, *(shard.name for shard in weight_files(folder).shards)}
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        path = folder / entry.name
-        if entry.name in skipped or not entry.is_file():
-            continue
-        by_name = path.suffix.lower() in PICKLE_SUFFIXES
-        try:
-            with open(path, "rb") as f:
-                head = f.read(4)
-        except OSError:
-            head = b""
-        if by_name or head.startswith(_PICKLE_MAGIC):
-            raise UserError(
-                f"{path}: a pickle file in a model directory is refused (model directories hold config.yaml,"
-                " safetensors weights and tokenizer.model only; pickles can run code when loaded)"
-            )
-
-
-@dataclass(frozen=True)
-class WeightFiles:
-    """Where a model directory keeps its weights."""
-
-    path: Path  # model.safetensors, or the index of the shards: the file that errors about the weights name
-    shards: dict[Path, frozenset[str]]  # each shard with the tensors the index puts in it; empty for a single file
-    total_size: int | None  # the index's total bytes of tensor data
-
-
-# A shard is a file of the model directory itself: no separators, no "..", no hidden file.
-_SHARD_NAME = re.compile(r"\w[\w.-]*\.safetensors")
-
-
-def weight_files(path: str | os.PathLike) -> WeightFiles:
-    """The weights files of a model directory (``path`` may also be one safetensors file or an index): the single
-    model.safetensors, or the shards its index lists. The index is checked: JSON of the Hugging Face layout,
-    shards that are files of this directory and exist, and no ``*.safetensors`` file it does not list."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / WEIGHTS_INDEX_FILE if (path / WEIGHTS_INDEX_FILE).exists() else path / WEIGHTS_FILE
-    if path.name != WEIGHTS_INDEX_FILE:
-        return WeightFiles(path, {}, None)
-    try:
-        index = json.loads(read_text(path, "weights index", MAX_CONFIG_BYTES))
-    except (ValueError, RecursionError) as err:
-        raise UserError(f"{path}: not valid JSON ({first_line(err)})") from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    metadata = index.get("metadata") if isinstance(index, dict) else None
-    total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
-    if (
-        not isinstance(weight_map, dict)
-        or not all(isinstance(f, str) for f in weight_map.values())
-        or type(total_size) is not int
-    ):
-        layout = '{"metadata": {"total_size": N}, "weight_map": {tensor: file}}'
-        raise UserError(f"{path}: not a safetensors weights index (expected {layout})")
-    names: dict[str, set[str]] = {}
-    for tensor, file in weight_map.items():
-        if not _SHARD_NAME.fullmatch(file):
-            raise UserError(f"{path}: maps {tensor} to {file!r}, not a .safetensors file of this directory")
-        names.setdefault(file, set()).add(tensor)
-    folder = path.parent
-    for file in sorted(names):
-        if not (folder / file).is_file():
-            raise UserError(f"{folder / file}: {_not_a_file(folder / file)} ({path.name} lists it)")
-    for stray in sorted(folder.glob("*.safetensors")):
-        if stray.name not in names:
-            raise UserError(f"{stray}: a weights file that {path.name} does not list (remove one of them)")
-    shards = {folder / file: frozenset(tensors) for file, tensors in sorted(names.items())}
-    return WeightFiles(path, shards, total_size)
 
 
 def _read_weights(path: str | os.PathLike, shapes_only: bool) -> dict[str, torch.Tensor]:
@@ -387,27 +289,10 @@ def _read_weights(path: str | os.PathLike, shapes_only: bool) -> dict[str, torch
 
 
 def _weight_groups(path: str | os.PathLike, shapes_only: bool) -> Iterator[dict[str, torch.Tensor]]:
-    """The tensors of :func:`_read_weights` one file at a time (the single file, or each shard, checked against the
-    index; the index's total size is checked after the last), so that a loader can free each before the next."""
-    files = weight_files(path)
-    if not files.shards:
-        yield _read_safetensors(files.path, shapes_only)
-        return
-    total = 0
-    for shard, expected in files.shards.items():
-        found = _read_safetensors(shard, shapes_only)
-        absent, extra = sorted(expected - found.keys()), sorted(found.keys() - expected)
-        if absent:
-            raise UserError(f"{shard}: has no tensor {absent[0]} ({files.path.name} puts it there)")
-        if extra:
-            elsewhere = next((s.name for s, names in files.shards.items() if extra[0] in names), None)
-            where = f"which {files.path.name} puts in {elsewhere}" if elsewhere else f"not in {files.path.name}"
-            raise UserError(f"{shard}: holds tensor {extra[0]}, {where}")
-        total += sum(t.numel() * t.element_size() for t in found.values())
-        yield found
-        del found  # not held while the next shard is read
-    if total != files.total_size:
-        raise UserError(f"{files.path}: total_size is {files.total_size}, the shards hold {total} bytes of tensors")
+    """:func:`srupp_asr.model_files.weight_groups` of torch tensors (or meta tensors of their shapes)."""
+    return weight_groups(
+        path, lambda file: _read_safetensors(file, shapes_only), lambda t: t.numel() * t.element_size()
+    )
 
 
 # The dtype names of the safetensors format (its header's "dtype" field) that torch holds.
@@ -427,17 +312,12 @@ _SAFETENSORS_DTYPES = {
 }
 
 
-def _not_a_file(path: Path) -> str:
-    """Why ``path``, expected to be a file, is not one: ``not found`` or ``is a directory, not a file``."""
-    return "is a directory, not a file" if path.is_dir() else "not a file" if path.exists() else "not found"
-
-
 def _read_safetensors(path: Path, shapes_only: bool) -> dict[str, torch.Tensor]:
     """The tensors of one safetensors file, or meta tensors of their shapes and dtypes (no pickle)."""
     from safetensors import safe_open
 
     if not path.is_file():
-        raise UserError(f"{path}: {_not_a_file(path)} (a model directory holds its weights)")
+        raise UserError(f"{path}: {not_a_file(path)} (a model directory holds its weights)")
     try:
         with safe_open(path, framework="pt") as f:
             if not shapes_only:
@@ -467,10 +347,7 @@ def _finite(path: Path, key: str, tensor: torch.Tensor) -> torch.Tensor:
     if tensor.is_floating_point() or tensor.is_complex():
         bad = tensor.numel() - int(torch.isfinite(tensor).sum())
         if bad:
-            plural = "s" if bad > 1 else ""
-            raise UserError(
-                f"{path}: weight {key} holds {bad} NaN or infinite value{plural} (a damaged or diverged model)"
-            )
+            raise non_finite_weight(path, key, bad)
     return tensor
 
 

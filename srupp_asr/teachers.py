@@ -59,7 +59,7 @@ class WhisperTeacher:
         texts = {}
         for path in paths:
             try:
-                samples = load_audio(path).numpy()
+                samples = load_audio(path)
             except UserError as err:
                 on_error(str(err))
                 continue

@@ -42,7 +42,7 @@ from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording, concurre
 from srupp_asr.decoding.settings import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
 from srupp_asr.errors import DECODING_MEMORY_REMEDY, UserError, first_line, is_out_of_memory, out_of_memory_line
 from srupp_asr.inputs import FoundInputs, default_model_candidates, find_inputs
-from srupp_asr.loading import LoadedModel, compute_device, model_dir_named
+from srupp_asr.loading import LoadedModel, add_engine_argument, compute_device, model_dir_named
 from srupp_asr.writers import (
     FORMATS,
     MAX_SEGMENT_WORDS,
@@ -110,6 +110,7 @@ def transcribe(
     output_format: str | Sequence[str] = "txt",
     device: str = "auto",
     compute_type: str = DEFAULT_COMPUTE_TYPE,
+    engine: str = "auto",
     batch_size: int = DEFAULT_BATCH_SIZE,
     lm: str | os.PathLike[str] | None = None,
     no_lm: bool = False,
@@ -133,9 +134,11 @@ def transcribe(
 
     ``inputs`` may instead be samples in memory: a numpy array or torch tensor ((samples,) or (channels, samples))
     or a list of them, at ``sample_rate`` Hz; their transcripts' ``path`` is ``samples-1``, ``samples-2``, ...
-    ``model`` may be a model loaded once by :func:`srupp_asr.load_model` (then ``device``, ``compute_type`` and
-    ``threads`` are its own). ``compute_type``: ``float32``, ``int8`` (the Linear layers quantised, CPU only) or
-    ``bfloat16`` (the encoder in bfloat16 autocast, where the device does it natively; :mod:`srupp_asr.compute_types`).
+    ``model`` may be a model loaded once by :func:`srupp_asr.load_model` (then ``device``, ``compute_type``,
+    ``engine`` and ``threads`` are its own). ``engine``: ``auto`` (float32 on the CPU in numpy, without torch:
+    :mod:`srupp_asr.runtime`), ``numpy`` or ``torch`` (:meth:`~srupp_asr.loading.LoadedModel.load`).
+    ``compute_type``: ``float32``, ``int8`` (the Linear layers quantised, CPU only) or ``bfloat16`` (the encoder in
+    bfloat16 autocast, where the device does it natively; :mod:`srupp_asr.compute_types`).
 
     ``output_dir`` set: each transcript is also written there as ``<stem>.<format>`` for each of ``output_format``
     (``"txt,srt"``, ``"all"``, or a list), atomically. ``options`` is the
@@ -151,10 +154,10 @@ def transcribe(
     input order as soon as it is ready. ``on_warning(message)`` gets a one-line ``"PATH: reason"`` per file
     transcribed despite a problem (samples far beyond full scale, clipped); without it the warning is logged.
     """
-    import torch
     from tqdm import tqdm
 
     from srupp_asr.audio import SAMPLE_RATE
+    from srupp_asr.threads import set_cpu_threads
 
     check_language_and_task(language, task)
     formats = parse_formats(output_format)
@@ -191,14 +194,15 @@ def transcribe(
     if not readable:
         return []
     if threads:
-        torch.set_num_threads(threads)
+        set_cpu_threads(threads)
     folder_lock = OutputDirLock(output_dir)  # one transcribe per output folder (released as this returns)
-    loaded = model if isinstance(model, LoadedModel) else LoadedModel.load(model, device, compute_type)
+    loaded = model if isinstance(model, LoadedModel) else LoadedModel.load(model, device, compute_type, engine)
     options, fusion_lm, choice = loaded.fuse(options, lm, lm_weight, no_lm)
     log.info("%s", choice.describe())
     workers = concurrent_batches(loaded.device)
     batching = Batching.chunked(options, batch_size, max_chunk_seconds, chunk_overlap, vad, workers)
-    decoder = BatchDecoder(loaded.net, loaded.tokenizer, options, fusion_lm, batching, loaded.model_dir)
+    net = loaded.net_for(options)
+    decoder = BatchDecoder(net, loaded.tokenizer, options, fusion_lm, batching, loaded.model_dir)
     settings = {**dataclasses.asdict(options), **({"lm": str(choice.path)} if choice.path is not None else {})}
 
     done: list[Transcript] = []
@@ -389,6 +393,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
         output_format=formats,
         device=args.device,
         compute_type=args.compute_type,
+        engine=args.engine,
         batch_size=args.batch_size,
         decoding=args.decoding,
         beam=args.beam,
@@ -499,7 +504,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     add_decoding_arguments(p, batch_help="short files decoded together")
     add_compute_type_argument(p)
-    p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    add_engine_argument(p)
+    p.add_argument("--threads", type=int, help="CPU threads (default: one per core)")
     p.add_argument(
         "--max-chunk-seconds",
         type=float,

@@ -511,7 +511,8 @@ def test_average_command_writes_float16_shards(tmp_path, char_tokenizer, capsys)
 
 
 def test_average_command_ships_an_lm_in_the_model_directory(tmp_path, char_tokenizer, capsys):
-    from srupp_asr.lm import SRUppLM, load_lm, read_fusion_weight, save_lm
+    from srupp_asr.lm import SRUppLM, load_lm, save_lm
+    from srupp_asr.model_files import read_fusion_weight
 
     models = [seeded_model(seed, char_tokenizer.vocab_size) for seed in range(2)]
     ckpts = [write_checkpoint(tmp_path / f"{i}.ckpt", m, i, {f"{i}.ckpt": 1.0}) for i, m in enumerate(models)]

@@ -55,8 +55,9 @@ def test_the_shipped_model_is_float16_shards_each_under_the_transfer_limit():
 def test_the_shipped_model_carries_a_small_float16_lm_with_its_tokenizer_and_weight():
     from safetensors.torch import load_file
 
-    from srupp_asr.lm import check_same_tokenizer, load_lm, read_fusion_weight
+    from srupp_asr.lm import load_lm
     from srupp_asr.loading import choose_lm
+    from srupp_asr.model_files import check_same_tokenizer, read_fusion_weight
 
     lm_dir = SHIPPED / "lm"
     assert sorted(p.name for p in lm_dir.iterdir()) == ["config.yaml", "model.safetensors", "tokenizer.model"]

@@ -150,7 +150,7 @@ def test_an_lm_with_a_nan_or_inf_weight_is_refused_naming_the_tensor(tmp_path, c
 def test_a_fusion_weight_outside_its_range_is_refused_where_it_is_read(tmp_path, char_tokenizer, weight):
     """1e300 is finite in float64, not in float32; 3.4e38 is finite in float32, its products with log-probabilities
     are not: either emptied every transcript."""
-    from srupp_asr.lm import read_fusion_weight
+    from srupp_asr.model_files import read_fusion_weight
 
     lm = SRUppLM(vocab_size=char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2)
     lm_dir = save_lm(lm, char_tokenizer.path, tmp_path / "lm", fusion_weight=0.5)
@@ -165,7 +165,7 @@ def test_a_fusion_weight_outside_its_range_is_refused_where_it_is_read(tmp_path,
 
 def test_an_lm_that_is_a_file_or_whose_config_is_a_pipe_is_named_as_such(tmp_path, char_tokenizer):
     """Both were called "not found"."""
-    from srupp_asr.lm import read_fusion_weight
+    from srupp_asr.model_files import read_fusion_weight
 
     (tmp_path / "lm_file").write_text("x")
     for read in (read_fusion_weight, load_lm):

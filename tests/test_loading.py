@@ -13,7 +13,7 @@ from srupp_asr.decoding import DecodingOptions
 from srupp_asr.decoding.settings import DEFAULT_LM_WEIGHT
 from srupp_asr.errors import UserError
 from srupp_asr.inputs import DEFAULT_MODEL_ENV
-from srupp_asr.lm import LM_SUBDIR, SRUppLM, save_lm
+from srupp_asr.lm import SRUppLM, save_lm
 from srupp_asr.loading import (
     LoadedModel,
     choose_lm,
@@ -22,6 +22,7 @@ from srupp_asr.loading import (
     model_dir_named,
     resolve_device,
 )
+from srupp_asr.model_files import LM_SUBDIR
 
 
 def _lm_dir(tokenizer, out: Path, fusion_weight: float | None = None) -> Path:

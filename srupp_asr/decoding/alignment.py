@@ -1,9 +1,11 @@
 """Token and word timestamps, and word confidences, from a CTC forced alignment of a decoded hypothesis.
 
-A hypothesis is aligned to its utterance's CTC log-probabilities with :func:`torchaudio.functional.forced_align`
-(the best CTC path that emits exactly its tokens). A token's time is the first frame of its span in that path,
-times ``frame_shift`` seconds. Words are groups of sentencepiece pieces: a piece starting with ``▁`` starts a word;
-a word starts at its first token's first frame and ends at the end (exclusive) of its last token's span.
+A hypothesis is aligned to its utterance's CTC log-probabilities (a numpy array) by :func:`forced_align`: the best
+CTC path that emits exactly its tokens, found by a Viterbi search in numpy that breaks ties as
+``torchaudio.functional.forced_align`` does, so the paths are the same (this module imports no torch: inference on
+the CPU runs without it). A token's time is the first frame of its span in that path, times ``frame_shift``
+seconds. Words are groups of sentencepiece pieces: a piece starting with ``▁`` starts a word; a word starts at its
+first token's first frame and ends at the end (exclusive) of its last token's span.
 
 Word confidence: the mean, over the word's tokens, of each token's peak CTC posterior along the alignment (the
 largest ``P(token | frame)`` over the frames the path spends on that token). CTC emits a token in a spike of one
@@ -21,14 +23,13 @@ import difflib
 import itertools
 import math
 
-import torch
-import torchaudio.functional as taf
+import numpy as np
 
 from srupp_asr.decoding.options import Word
-from srupp_asr.model import BLANK_ID
 from srupp_asr.tokenizer import Tokenizer
 
 WORD_START = "▁"
+BLANK_ID = Tokenizer.blank_id
 
 
 def ctc_can_emit(tokens: list[int], num_frames: int) -> bool:
@@ -37,16 +38,67 @@ def ctc_can_emit(tokens: list[int], num_frames: int) -> bool:
     return len(tokens) + repeats <= num_frames
 
 
-def token_spans(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], list[int], list[float]] | None:
+def forced_align(log_probs: np.ndarray, tokens: list[int], blank: int = BLANK_ID) -> np.ndarray:
+    """The label of every frame (``(T,)`` int64) on the best CTC path through ``log_probs`` ``(T, V)`` that emits
+    ``tokens`` (non-empty, no ``blank``): the path ``torchaudio.functional.forced_align`` returns, computed as it
+    does (float32 sums, states out of reach of the path's ends kept at -inf, and its tie-breaking: a move is taken
+    only when it beats both others, so a tie stays in the state). The path is meaningful only when one with a
+    finite log-probability exists (see :data:`IMPOSSIBLE`)."""
+    log_probs = np.asarray(log_probs, dtype=np.float32)
+    T, L = log_probs.shape[0], len(tokens)
+    targets = np.asarray(tokens, dtype=np.int64)
+    repeats = int(np.count_nonzero(targets[1:] == targets[:-1]))
+    if not L or T < L + repeats:
+        raise ValueError(f"CTC cannot emit {L} tokens ({repeats} repeated) in {T} frames")
+    S = 2 * L + 1
+    labels = np.full(S, blank, dtype=np.int64)
+    labels[1::2] = targets
+    # The states a path may reach from two states back: a token that differs from the previous one (the blank
+    # between them skipped).
+    can_jump = np.zeros(S, dtype=bool)
+    can_jump[3::2] = targets[1:] != targets[:-1]
+    # Scores of the states at the previous and the current frame, after two -inf cells (state i at index i + 2).
+    prev = np.full(S + 2, -np.inf, dtype=np.float32)
+    cur = prev.copy()
+    back = np.full((T, S), -1, dtype=np.int8)  # per frame and state: how many states back the best move came from
+    start, end = (0 if T > L + repeats else 1), 2  # the states the path can be in at this frame: [start, end)
+    prev[start + 2 : end + 2] = log_probs[0, labels[start:end]]
+    for t in range(1, T):
+        if T - t <= L + repeats:  # the path must still reach the last states
+            if start % 2 == 1 and targets[start // 2] != targets[start // 2 + 1]:
+                start += 1
+            start += 1
+        if t <= L + repeats:  # the path cannot have gone further from the first states
+            if end % 2 == 0 and end < 2 * L and targets[end // 2 - 1] != targets[end // 2]:
+                end += 1
+            end += 1
+        stay, step = prev[start + 2 : end + 2], prev[start + 1 : end + 1]
+        jump = np.where(can_jump[start:end], prev[start:end], np.float32(-np.inf))
+        jumps = (jump > stay) & (jump > step)
+        steps = (step > stay) & (step > jump)
+        moves = steps.astype(np.int8)
+        moves[jumps] = 2
+        back[t, start:end] = moves
+        cur.fill(-np.inf)
+        cur[start + 2 : end + 2] = np.where(jumps, jump, np.where(steps, step, stay)) + log_probs[t, labels[start:end]]
+        prev, cur = cur, prev
+    state = S - 1 if prev[S + 1] > prev[S] else S - 2
+    path = np.empty(T, dtype=np.int64)
+    for t in range(T - 1, -1, -1):
+        path[t] = labels[state]
+        state -= int(back[t, state])
+    return path
+
+
+def token_spans(log_probs: np.ndarray, tokens: list[int]) -> tuple[list[int], list[int], list[float]] | None:
     """Forced alignment of ``tokens`` to ``log_probs`` ``(T, V)``: per token its first frame, end frame (exclusive)
     and peak posterior; None when CTC cannot emit the tokens in ``T`` frames, or gives every path that does
     probability 0 (a ``-inf`` or NaN log-probability on each).
 
-    One alignment of ``T`` frames and ``N`` tokens has ``T x (2N + 1)`` trellis cells (torchaudio keeps a
-    backpointer per cell and indexes them with 32-bit integers: past 2^31 cells it crashes, which a whole hour
-    of speech reaches). Above :data:`MAX_CELLS` the utterance is cut into windows at frames where the best path
-    emits blank, each window gets the hypothesis tokens the best path emits in it (hypothesis and best path
-    matched with difflib), and each window is aligned on its own."""
+    One alignment of ``T`` frames and ``N`` tokens has ``T x (2N + 1)`` trellis cells, a byte of back-pointer each
+    (a whole hour of speech reaches gigabytes). Above :data:`MAX_CELLS` the utterance is cut into windows at frames
+    where the best path emits blank, each window gets the hypothesis tokens the best path emits in it (hypothesis
+    and best path matched with difflib), and each window is aligned on its own."""
     if not tokens or not ctc_can_emit(tokens, log_probs.shape[0]):
         return None
     if log_probs.shape[0] * (2 * len(tokens) + 1) <= MAX_CELLS:
@@ -54,38 +106,38 @@ def token_spans(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], 
     return _align_in_windows(log_probs, tokens)
 
 
-MAX_CELLS = 2**27  # trellis cells per forced_align call (about 130 M: a few hundred MiB, far below 2^31)
+MAX_CELLS = 2**27  # trellis cells per forced alignment (128 MiB of back-pointers)
 
 
-# Stands for a -inf (or NaN) log-probability in forced_align's input: with no finite path it returns a garbage path
-# (indices out of range, or one that skips a token); with this floor it always returns a path, which is impossible
-# exactly when it passes through a floored cell (the floor dominates any sum of finite log-probabilities).
+# Stands for a -inf (or NaN) log-probability in forced_align's input: with no finite path the search follows
+# back-pointers of unreachable states (a garbage path, or indices out of range); with this floor it always returns a
+# path, which is impossible exactly when it passes through a floored cell (the floor dominates any sum of finite
+# log-probabilities).
 IMPOSSIBLE = -1e30
 
 
-def _align(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], list[int], list[float]] | None:
+def _align(log_probs: np.ndarray, tokens: list[int]) -> tuple[list[int], list[int], list[float]] | None:
     """forced_align's spans (see :func:`token_spans`), None when every path that emits ``tokens`` is impossible."""
-    targets = torch.tensor([tokens], dtype=torch.int32)
-    floored = log_probs[None].float().cpu().nan_to_num(nan=IMPOSSIBLE, neginf=IMPOSSIBLE)
-    path, scores = taf.forced_align(floored, targets, blank=BLANK_ID)
-    if bool((scores <= IMPOSSIBLE).any()):
+    floored = np.nan_to_num(np.asarray(log_probs, dtype=np.float32), nan=IMPOSSIBLE, neginf=IMPOSSIBLE)
+    path = forced_align(floored, tokens)
+    scores = floored[np.arange(path.shape[0]), path]
+    if bool((scores <= np.float32(IMPOSSIBLE)).any()):
         return None
-    path, probs = path[0], scores[0].exp()
     # The path visits the tokens in order: each run of one label is a span, the non-blank runs are the tokens.
-    change = torch.ones_like(path, dtype=torch.bool)
+    change = np.ones(path.shape[0], dtype=bool)
     change[1:] = path[1:] != path[:-1]
-    bounds = [*torch.nonzero(change).squeeze(1).tolist(), path.shape[0]]
-    labels = path.tolist()
-    spans = [(s, e) for s, e in itertools.pairwise(bounds) if labels[s] != BLANK_ID]
-    peaks = [probs[s:e].max().item() for s, e in spans]
-    return [s for s, _ in spans], [e for _, e in spans], peaks
+    firsts = np.flatnonzero(change)
+    peaks = np.maximum.reduceat(np.exp(scores), firsts)
+    tokens_at = path[firsts] != BLANK_ID
+    ends = np.append(firsts[1:], path.shape[0])
+    return firsts[tokens_at].tolist(), ends[tokens_at].tolist(), peaks[tokens_at].tolist()
 
 
-def _align_in_windows(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[int], list[int], list[float]]:
+def _align_in_windows(log_probs: np.ndarray, tokens: list[int]) -> tuple[list[int], list[int], list[float]]:
     T, N = log_probs.shape[0], len(tokens)
     best = log_probs.argmax(-1)
-    emits = (best != BLANK_ID) & torch.cat([torch.ones(1, dtype=torch.bool), best[1:] != best[:-1]])
-    emit_frames = torch.nonzero(emits).squeeze(1).tolist()
+    emits = (best != BLANK_ID) & np.concatenate([[True], best[1:] != best[:-1]])
+    emit_frames = np.flatnonzero(emits).tolist()
     greedy = best[emits].tolist()
     # hyp_before[g]: hypothesis tokens that come before the best path's g-th token (monotone in g)
     hyp_before: list[int | None] = [None] * len(greedy) + [N]
@@ -97,12 +149,12 @@ def _align_in_windows(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[
         if hyp_before[g] is None:
             hyp_before[g] = hyp_before[g + 1]
     pieces = 2 * math.ceil(T * (2 * N + 1) / MAX_CELLS)
-    blank_frames = torch.nonzero(best == BLANK_ID).squeeze(1)
+    blank_frames = np.flatnonzero(best == BLANK_ID)
     cuts = [0]
     for i in range(1, pieces):
         target = T * i // pieces
-        if blank_frames.numel():  # the blank frame nearest the even cut
-            target = int(blank_frames[(blank_frames - target).abs().argmin()])
+        if blank_frames.size:  # the blank frame nearest the even cut
+            target = int(blank_frames[np.abs(blank_frames - target).argmin()])
         if target > cuts[-1]:
             cuts.append(target)
     cuts.append(T)
@@ -131,7 +183,7 @@ def _align_in_windows(log_probs: torch.Tensor, tokens: list[int]) -> tuple[list[
 
 
 def align_hypothesis(
-    log_probs: torch.Tensor | None, tokens: list[int], tokenizer: Tokenizer, frame_shift: float, num_frames: int
+    log_probs: np.ndarray | None, tokens: list[int], tokenizer: Tokenizer, frame_shift: float, num_frames: int
 ) -> tuple[list[float], list[Word]]:
     """Token start times and words (with times and confidences) of ``tokens`` decoded from an utterance of
     ``num_frames`` encoder frames, ``log_probs`` ``(num_frames, V)`` its CTC log-probabilities (None: no CTC head)."""

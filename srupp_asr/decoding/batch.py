@@ -9,9 +9,9 @@ its :class:`~srupp_asr.decoding.DecodingOptions` and an optional fusion LM, with
 - a longer one is read a chunk at a time (memory stays bounded at any length), decoded chunk by chunk, up to
   ``batch_size`` chunks together, and joined at word boundaries (:mod:`srupp_asr.longform`): overlapping chunks, or
   with ``vad`` cuts in silences found by an energy detector;
-- with ``workers`` above 1 (:func:`concurrent_batches`: 2 on a CPU with 2 or more torch threads), that many batches
+- with ``workers`` above 1 (:func:`concurrent_batches`: 2 on a CPU with 2 or more compute threads), that many batches
   (of whole recordings, or of a long recording's chunks) are decoded at once, each on its own thread with its share
-  of the torch threads. The label-synchronous search is a long chain of small operations that gains nothing from a
+  of the compute threads. The label-synchronous search is a long chain of small operations that gains nothing from a
   second thread inside it (see ``_one_cpu_thread`` in :mod:`srupp_asr.decoding.modes`), while one batch's search
   beside another's encoder keeps both cores busy: the 32 LJ Speech files decode 1.5x faster on 2 cores, idle or
   with one core busy, with the same transcripts (docs/benchmarks.md, "CPU inference").
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from srupp_asr.errors import UserError
 
 if TYPE_CHECKING:
-    import torch
+    import numpy as np
 
     from srupp_asr.decoding import DecodingOptions, Hypothesis, Word
     from srupp_asr.lm import SRUppLM
@@ -62,9 +62,9 @@ class AudioSource(Protocol):
 
     num_samples: int
 
-    def read(self, start: int, end: int) -> torch.Tensor: ...
+    def read(self, start: int, end: int) -> np.ndarray: ...
 
-    def blocks(self, block_samples: int) -> Iterator[tuple[int, torch.Tensor]]: ...
+    def blocks(self, block_samples: int) -> Iterator[tuple[int, np.ndarray]]: ...
 
     def level_warning(self) -> str | None: ...
 
@@ -142,12 +142,13 @@ class Batching:
         return cls(batch_size, max_samples, piece, overlap, vad, workers)
 
 
-def concurrent_batches(device: torch.device | str) -> int:
-    """How many batches to decode at once on ``device``: 2 on a CPU where torch has 2 threads or more (each batch then
-    gets half of them), else 1 (a GPU runs one batch at a time faster)."""
-    import torch
+def concurrent_batches(device: object) -> int:
+    """How many batches to decode at once on ``device``: 2 on a CPU with 2 compute threads or more
+    (:func:`srupp_asr.threads.cpu_threads`; each batch then gets half of them), else 1 (a GPU runs one batch at a time
+    faster)."""
+    from srupp_asr.threads import cpu_threads
 
-    return 2 if torch.device(device).type == "cpu" and torch.get_num_threads() >= 2 else 1
+    return 2 if str(device) == "cpu" and cpu_threads() >= 2 else 1
 
 
 class BatchDecoder:
@@ -168,7 +169,8 @@ class BatchDecoder:
         from srupp_asr.audio import SAMPLE_RATE
 
         self.rate = SAMPLE_RATE
-        self.device = next(model.parameters()).device
+        # A numpy model (srupp_asr.runtime) decodes itself; a torch one through srupp_asr.decoding.decode.
+        self.device = model.device if hasattr(model, "decode_waveforms") else next(model.parameters()).device
 
     def run(
         self, recordings: Sequence[Recording], progress: Callable[[float], None] | None = None
@@ -249,15 +251,23 @@ class BatchDecoder:
                 batches.append([(i, r)])
         return batches
 
-    def decode(self, wavs: Sequence[torch.Tensor]) -> list[Hypothesis]:
+    def decode(self, wavs: Sequence[np.ndarray]) -> list[Hypothesis]:
         """Hypotheses of a batch of 16 kHz waveforms."""
+        if hasattr(self.model, "decode_waveforms"):
+            problem = self.model.unmet_needs(self.options, self.lm)
+            if problem:  # the model lacks the CTC head or decoder the mode needs
+                raise UnusableModel(f"{self.name}: {problem}")
+            return self.model.decode_waveforms(wavs, self.tokenizer, self.options, self.lm)
+        return self._decode_with_torch(wavs)
+
+    def _decode_with_torch(self, wavs: Sequence[np.ndarray]) -> list[Hypothesis]:
         import torch
         from torch.nn.utils.rnn import pad_sequence
 
         from srupp_asr.decoding import decode
 
-        audio = pad_sequence(list(wavs), batch_first=True).to(self.device)
-        lens = torch.tensor([w.numel() for w in wavs], device=self.device)
+        audio = pad_sequence([torch.from_numpy(w) for w in wavs], batch_first=True).to(self.device)
+        lens = torch.tensor([w.size for w in wavs], device=self.device)
         try:
             with torch.inference_mode():
                 hyps = decode(self.model, self.tokenizer, audio, lens, self.options, self.lm)
@@ -283,7 +293,7 @@ class BatchDecoder:
                 results.append(Decoded(recording, num_samples=recording.num_samples, read_seconds=read, error=err))
                 continue
             # MP3 and some Ogg headers only estimate the length
-            results.append(Decoded(recording, num_samples=wav.numel(), warning=warning))
+            results.append(Decoded(recording, num_samples=wav.size, warning=warning))
             results[-1].read_seconds = time.perf_counter() - start
             wavs.append(wav)
         decoded = [result for result in results if result.error is None]
@@ -304,12 +314,12 @@ class BatchDecoder:
                 result.seconds = spent * result.num_samples / total
         return results
 
-    def timed_words(self, hyp: Hypothesis, wav: torch.Tensor) -> list[Word]:
+    def timed_words(self, hyp: Hypothesis, wav: np.ndarray) -> list[Word]:
         """The words of ``hyp`` decoded from ``wav``, those the model put in its leading silence moved to where the
         sound starts (:func:`srupp_asr.longform.place_after_leading_silence`)."""
         from srupp_asr import longform
 
-        onset = longform.leading_silence(wav.cpu().numpy(), self.rate) if hyp.words else 0.0
+        onset = longform.leading_silence(wav, self.rate) if hyp.words else 0.0
         return longform.place_after_leading_silence(hyp.words, onset)
 
     def plan(self, reader: AudioSource) -> tuple[list[Chunk], list[tuple[int, int]]]:
@@ -320,7 +330,7 @@ class BatchDecoder:
 
         frame = round(longform.VAD_FRAME_SECONDS * self.rate)
         block = round(VAD_BLOCK_SECONDS / longform.VAD_FRAME_SECONDS) * frame
-        energies, total = longform.energies_from_blocks((wav.numpy() for _, wav in reader.blocks(block)), frame)
+        energies, total = longform.energies_from_blocks((wav for _, wav in reader.blocks(block)), frame)
         silences = None
         if self.batching.vad:
             min_frames = round(longform.MIN_SILENCE / longform.VAD_FRAME_SECONDS)
@@ -346,17 +356,17 @@ class BatchDecoder:
             spans = [c.seconds(self.rate) for c in chunks]
             words: list[list[Word]] = []
             texts: list[str] = []
-            pending: list[tuple[int, Chunk, torch.Tensor]] = []
+            pending: list[tuple[int, Chunk, np.ndarray]] = []
             running: collections.deque = collections.deque()  # (batch, outcome) decoding on the workers
             end = 0
 
-            def decode(batch: list[tuple[int, Chunk, torch.Tensor]]) -> list[Hypothesis]:
+            def decode(batch: list[tuple[int, Chunk, np.ndarray]]) -> list[Hypothesis]:
                 start = time.perf_counter()
                 hyps = self.decode([wav for _, _, wav in batch])
                 busy.append((start, time.perf_counter()))
                 return hyps
 
-            def collect(batch: list[tuple[int, Chunk, torch.Tensor]], hyps: list[Hypothesis]) -> None:
+            def collect(batch: list[tuple[int, Chunk, np.ndarray]], hyps: list[Hypothesis]) -> None:
                 for (i, _, wav), hyp in zip(batch, hyps, strict=True):
                     words[i] = longform.shift_words(self.timed_words(hyp, wav), spans[i][0])
                     texts[i] = hyp.text
@@ -376,9 +386,9 @@ class BatchDecoder:
 
             for i, chunk in enumerate(chunks):
                 wav = reader.read(chunk.start, chunk.end)
-                if wav.numel() == 0:  # an MP3 or Ogg header overstated the length: the audio has ended
+                if wav.size == 0:  # an MP3 or Ogg header overstated the length: the audio has ended
                     break
-                end = max(end, chunk.start + wav.numel())
+                end = max(end, chunk.start + wav.size)
                 words.append([])
                 texts.append("")
                 if any(a <= chunk.start and chunk.end <= b for a, b in silences) or not wav.any():
@@ -386,7 +396,7 @@ class BatchDecoder:
                     # a model can only make some up.
                     progress((chunk.end - chunk.start) / self.rate)
                     continue
-                longest = max([wav.numel()] + [w.numel() for _, _, w in pending])
+                longest = max([wav.size] + [w.size for _, _, w in pending])
                 limits = self.batching
                 if pending and (len(pending) >= limits.batch_size or (len(pending) + 1) * longest > limits.max_samples):
                     flush()
@@ -433,8 +443,8 @@ class _Outcome:
 
 
 class _Workers:
-    """``count`` threads that take submitted jobs in the order submitted, with the torch threads shared among them
-    (``torch.set_num_threads`` is set to its share while the pool is open and restored when it closes).
+    """``count`` threads that take submitted jobs in the order submitted, with the compute threads shared among them
+    (:func:`srupp_asr.threads.set_cpu_threads` sets each one's share while the pool is open; restored when it closes).
 
     Once the pool is closed the threads take no more jobs. Closed when the work is done, it waits for the threads'
     end: one still ending while the interpreter exits can abort the process (``terminate called without an active
@@ -447,13 +457,13 @@ class _Workers:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._torch_threads = 0
+        self._threads_before = 0
 
     def __enter__(self) -> _Workers:
-        import torch
+        from srupp_asr.threads import cpu_threads, set_cpu_threads
 
-        self._torch_threads = torch.get_num_threads()
-        torch.set_num_threads(max(1, self._torch_threads // self.count))  # (a thread takes it at its first operation)
+        self._threads_before = cpu_threads()
+        set_cpu_threads(max(1, self._threads_before // self.count))  # (a thread takes it at its first operation)
         self._threads = [
             threading.Thread(target=self._work, name=f"srupp-asr decode {n}", daemon=True) for n in range(self.count)
         ]
@@ -472,7 +482,7 @@ class _Workers:
             outcome.run(work)
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        import torch
+        from srupp_asr.threads import set_cpu_threads
 
         self._closed.set()
         for _ in self._threads:
@@ -480,7 +490,7 @@ class _Workers:
         if exc_type is None:
             for thread in self._threads:
                 thread.join()
-        torch.set_num_threads(self._torch_threads)
+        set_cpu_threads(self._threads_before)
 
 
 def _union_seconds(spans: list[tuple[float, float]]) -> float:

@@ -27,7 +27,7 @@ import torch
 
 from srupp_asr.decoding.alignment import align_hypothesis
 from srupp_asr.decoding.beam_search import NEG_INF, beam_search
-from srupp_asr.decoding.options import DecodingOptions, Hypothesis
+from srupp_asr.decoding.options import DecodingOptions, Hypothesis, unmet_needs
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
 from srupp_asr.decoding.rescoring import attention_scores, lm_scores, rescore
 from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer, LMScorer, Scorer
@@ -90,22 +90,10 @@ def decode_encoded(
 def _check_model(model: ASRModel, options: DecodingOptions, lm: SRUppLM | None = None) -> None:
     """A ValueError when ``model`` lacks the CTC head or the decoder that ``options`` need, or the LM is missing or
     has another vocabulary."""
-    if options.fusion_weight > 0 and lm is None:
-        raise ValueError(f"lm_weight={options.lm_weight} needs a language model (none given)")
-    if options.fusion_weight > 0 and lm.vocab_size != model.vocab_size:
-        raise ValueError(f"the LM has {lm.vocab_size} tokens, the model {model.vocab_size}")
-    needs_ctc = options.mode in ("ctc_greedy", "ctc_prefix_beam", "rescoring") or (
-        options.mode == "joint" and options.ctc_weight > 0.0
-    )
-    needs_decoder = options.mode in ("joint", "rescoring") and options.ctc_weight < 1.0
-    if needs_ctc and model.ctc is None:
-        raise ValueError(
-            f"mode {options.mode} with ctc_weight={options.ctc_weight} needs a CTC head; the model has none"
-        )
-    if needs_decoder and model.decoder is None:
-        raise ValueError(
-            f"mode {options.mode} with ctc_weight={options.ctc_weight} needs an attention decoder; the model has none"
-        )
+    lm_vocab_size = lm.vocab_size if lm is not None else None
+    problem = unmet_needs(options, model.vocab_size, model.ctc is not None, model.decoder is not None, lm_vocab_size)
+    if problem:
+        raise ValueError(problem)
 
 
 def _search(

@@ -76,6 +76,31 @@ class DecodingOptions:
         return self.lm_weight or 0.0
 
 
+def unmet_needs(
+    options: DecodingOptions, vocab_size: int, has_ctc: bool, has_decoder: bool, lm_vocab_size: int | None
+) -> str | None:
+    """Why a model (``vocab_size`` tokens, with or without its CTC head and attention decoder) and an LM
+    (``lm_vocab_size`` tokens, None: none) cannot decode with ``options``, or None when they can."""
+    if options.fusion_weight > 0 and lm_vocab_size is None:
+        return f"lm_weight={options.lm_weight} needs a language model (none given)"
+    if options.fusion_weight > 0 and lm_vocab_size != vocab_size:
+        return f"the LM has {lm_vocab_size} tokens, the model {vocab_size}"
+    needs_ctc = options.mode in ("ctc_greedy", "ctc_prefix_beam", "rescoring") or (
+        options.mode == "joint" and options.ctc_weight > 0.0
+    )
+    needs_decoder = options.mode in ("joint", "rescoring") and options.ctc_weight < 1.0
+    head = (
+        "a CTC head"
+        if needs_ctc and not has_ctc
+        else "an attention decoder"
+        if needs_decoder and not has_decoder
+        else ""
+    )
+    if head:
+        return f"mode {options.mode} with ctc_weight={options.ctc_weight} needs {head}; the model has none"
+    return None
+
+
 @dataclass
 class Word:
     """A word of a hypothesis: its text, start and end in seconds from the start of the decoded audio, and a

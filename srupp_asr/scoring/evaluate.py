@@ -24,14 +24,14 @@ from srupp_asr.allocator import keep_freed_memory
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument
 from srupp_asr.decoding.settings import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
 from srupp_asr.errors import UserError
-from srupp_asr.loading import LoadedModel
+from srupp_asr.loading import LoadedModel, add_engine_argument
 from srupp_asr.scoring.analysis import ScoreResult, score_transcripts
 from srupp_asr.scoring.formats import UtteranceText, jsonl_text
 from srupp_asr.scoring.report import WORST, ReportInfo, write_report
 from srupp_asr.scoring.score import add_report_arguments, print_summary
 
 if TYPE_CHECKING:
-    import torch
+    import numpy as np
     from lhotse.cut import Cut
 
     from srupp_asr.decoding import DecodingOptions
@@ -80,7 +80,7 @@ class _CutAudio:
         self.cut = cut if cut.sampling_rate == SAMPLE_RATE else cut.resample(SAMPLE_RATE)
         self.num_samples = self.cut.num_samples
 
-    def read(self, start: int, end: int) -> torch.Tensor:
+    def read(self, start: int, end: int) -> np.ndarray:
         from srupp_asr.audio import prepare_waveform
         from srupp_asr.manifest import load_cut_audio
 
@@ -106,6 +106,7 @@ def evaluate(
     no_lm: bool = False,
     device: str = "auto",
     compute_type: str = DEFAULT_COMPUTE_TYPE,
+    engine: str = "auto",
     batch_size: int = DEFAULT_BATCH_SIZE,
     train_log: str | os.PathLike | None = None,
     name: str | None = None,
@@ -118,10 +119,10 @@ def evaluate(
     """Decode every cut of ``cuts`` with the model directory ``model`` (None: the built-in model), score against
     the cuts' texts and write the report (plus ``hyp.jsonl`` / ``ref.jsonl``) into ``out_dir``.
 
-    ``options``, ``**decode_options`` (``decoding``, ``beam``, ...), ``lm``, ``no_lm`` and ``compute_type`` are as
-    in :func:`srupp_asr.transcribe`. A cut whose audio does not load is left out of the scores (the report says how
-    many) and its one-line error goes to ``errors`` (a warning in the log when ``errors`` is None). Audio sources
-    that run a shell command are refused unless ``allow_command_sources``."""
+    ``options``, ``**decode_options`` (``decoding``, ``beam``, ...), ``lm``, ``no_lm``, ``compute_type`` and
+    ``engine`` are as in :func:`srupp_asr.transcribe`. A cut whose audio does not load is left out of the scores
+    (the report says how many) and its one-line error goes to ``errors`` (a warning in the log when ``errors`` is
+    None). Audio sources that run a shell command are refused unless ``allow_command_sources``."""
     from tqdm import tqdm
 
     from srupp_asr.audio import SAMPLE_RATE
@@ -133,10 +134,11 @@ def evaluate(
     # checked before anything is read; the LM weight applies once the LM is chosen
     options, lm_weight = requested_options("evaluate", options, decode_options, lm, no_lm)
     cutset = load_cuts(cuts, allow_command_sources=allow_command_sources)
-    loaded = LoadedModel.load(model, device, compute_type)
+    loaded = LoadedModel.load(model, device, compute_type, engine)
     options, fusion_lm, choice = loaded.fuse(options, lm, lm_weight, no_lm)
     batching = Batching(batch_size, workers=concurrent_batches(loaded.device))
-    decoder = BatchDecoder(loaded.net, loaded.tokenizer, options, fusion_lm, batching, loaded.model_dir)
+    net = loaded.net_for(options)
+    decoder = BatchDecoder(net, loaded.tokenizer, options, fusion_lm, batching, loaded.model_dir)
 
     def speaker(cut) -> str | None:
         return next((s.speaker for s in cut.supervisions if s.speaker), None)
@@ -215,6 +217,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         no_lm=args.no_lm,
         device=args.device,
         compute_type=args.compute_type,
+        engine=args.engine,
         batch_size=args.batch_size,
         train_log=args.train_log,
         name=args.name,
@@ -250,6 +253,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--out-dir", required=True, help="where the report files go")
     add_decoding_arguments(p, batch_help="utterances decoded together")
     add_compute_type_argument(p)
+    add_engine_argument(p)
     add_report_arguments(p)
     p.add_argument(
         "--allow-command-sources",

@@ -1,0 +1,106 @@
+"""The numpy building blocks the runtime's networks share: a linear layer, layer norm, (log-)softmax and
+scaled dot-product attention, each computing what its torch counterpart computes (``torch.nn.Linear``,
+``torch.nn.LayerNorm``, ``torch.log_softmax``, ``torch.nn.functional.scaled_dot_product_attention``) in float32.
+
+Weights are float32 arrays by the names of the torch module's ``state_dict`` (:class:`Weights` takes them out one
+at a time, so that a weight missing, of the wrong shape, or left over is found when a network is built).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
+
+
+class WeightsError(ValueError):
+    """A model's weights do not fit the network its config describes (a name missing or left over, a shape)."""
+
+
+class Weights:
+    """The float32 weights of a network by name; :meth:`take` hands each one out once, checked for its shape."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], prefix: str = "", taken: set[str] | None = None) -> None:
+        self._arrays, self._prefix = arrays, prefix
+        self._taken = taken if taken is not None else set()
+
+    def sub(self, name: str) -> Weights:
+        """The weights under ``name.`` (a submodule's), sharing this one's record of what was taken."""
+        return Weights(self._arrays, f"{self._prefix}{name}.", self._taken)
+
+    def has(self, name: str) -> bool:
+        return f"{self._prefix}{name}" in self._arrays
+
+    def take(self, name: str, shape: Sequence[int | None] | None = None) -> np.ndarray:
+        """The weight ``name`` as C-contiguous float32, its shape checked against ``shape`` (None: any size)."""
+        key = f"{self._prefix}{name}"
+        if key not in self._arrays:
+            raise WeightsError(f"weight {key} is missing")
+        array = self._arrays[key]
+        if shape is not None and (
+            array.ndim != len(shape)
+            or any(want is not None and got != want for got, want in zip(array.shape, shape, strict=True))
+        ):
+            want = "x".join("?" if s is None else str(s) for s in shape)
+            raise WeightsError(f"weight {key} has shape {'x'.join(map(str, array.shape))}, the config needs {want}")
+        if array.dtype.kind != "f":  # float16 bits relabelled int16 would be cast by value into garbage
+            raise WeightsError(f"weight {key} is stored as {array.dtype}, the network needs floating-point values")
+        self._taken.add(key)
+        return np.ascontiguousarray(array, dtype=np.float32)
+
+    def check_all_taken(self) -> None:
+        """A WeightsError naming the weights no network took (a config that does not describe these weights)."""
+        left = sorted(k for k in self._arrays if k.startswith(self._prefix) and k not in self._taken)
+        if left:
+            more = f" and {len(left) - 3} more" if len(left) > 3 else ""
+            raise WeightsError(f"weights the config has no place for: {', '.join(left[:3])}{more}")
+
+
+def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """``x @ weight.T + bias`` over the last axis (``weight`` ``(out, in)``, as torch stores it)."""
+    y = x @ weight.T
+    if bias is not None:
+        y += bias
+    return y
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = LAYER_NORM_EPS) -> np.ndarray:
+    """Layer norm over the last axis (biased variance, as torch)."""
+    mean = x.mean(-1, keepdims=True)
+    centred = x - mean
+    var = np.mean(centred * centred, -1, keepdims=True)
+    out = centred / np.sqrt(var + eps)
+    out *= weight
+    out += bias
+    return out
+
+
+def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``log(softmax(x))`` computed stably; a row of -inf stays -inf (NaN where every entry is -inf, as torch)."""
+    peak = np.max(x, axis=axis, keepdims=True)
+    shifted = x - peak
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    peak = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - peak)
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return e
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """Scaled dot-product attention over the last two axes: ``softmax(q k^T / sqrt(d) + bias) v``; ``bias`` is 0
+    where a key may be seen and -inf where not (broadcast to ``(..., Lq, Lk)``)."""
+    scores = q @ np.swapaxes(k, -1, -2)
+    scores *= np.float32(1.0 / np.sqrt(q.shape[-1]))
+    if bias is not None:
+        scores += bias
+    return softmax(scores) @ v
+
+
+def mask_bias(allowed: np.ndarray) -> np.ndarray:
+    """The additive attention bias of a boolean mask: 0 where True, -inf where False (float32)."""
+    return np.where(allowed, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)

@@ -1,0 +1,259 @@
+"""The SRU++ layer and encoder in numpy (float32): what :mod:`srupp_asr.sru` and :mod:`srupp_asr.recurrence`
+compute, without torch. One layer, ``x`` the ``(L, B, D)`` input (the derivation: :mod:`srupp_asr.sru`)::
+
+    Q = Wq x;  A = MultiHead-softmax(Q (Wk Q)^T / sqrt(d_head)) (Wv Q)  (padded keys masked, or causal)
+    U = Wo layernorm(Q + alpha * A)                                     (Q alone in a layer without attention)
+    f[t] = sigmoid(U[t,0] + v  * c[t-1] + b)
+    r[t] = sigmoid(U[t,1] + v' * c[t-1] + b')
+    c[t] = f[t] * c[t-1] + (1 - f[t]) * U[t,2]
+    h[t] = r[t] * c[t]   + (1 - r[t]) * x[t]
+
+A bidirectional layer runs the first half of the columns forward in time and the second half backward; a padded
+step (mask False) keeps ``c`` and emits ``h = 0``.
+
+The recurrence is a Python loop over time, so each step is kept to a few whole-array operations: the gates' input
+parts of every step are computed before the loop, in a layout where step ``t`` of both directions (the backward
+half at ``L-1-t``) is one contiguous block; ``sigmoid(a) = (1 + tanh(a / 2)) / 2`` with the halving folded into
+the weights; a padded step is made a no-op in the precomputed gates (``f = 1``, candidate 0), and its ``h`` zeroed
+after the loop.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from srupp_asr.runtime.ops import Weights, attention, layer_norm, linear, mask_bias
+
+
+class LayerState(NamedTuple):
+    """What a causal layer carries between steps, as :class:`srupp_asr.sru.LayerState`: ``c`` ``(B, D)`` and, in
+    an attention layer, the keys and values so far ``(B', heads, t, d_head)`` whose rows ``order`` ``(B,)`` are
+    the batch's (None: all of them, in order)."""
+
+    c: np.ndarray
+    keys: np.ndarray | None
+    values: np.ndarray | None
+    order: np.ndarray | None = None
+
+    def select(self, rows: np.ndarray) -> LayerState:
+        """The states of batch rows ``rows``, in that order (the cache rows are gathered at the next step)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.keys is None:
+            return LayerState(self.c[rows], None, None)
+        order = rows if self.order is None else self.order[rows]
+        return LayerState(self.c[rows], self.keys, self.values, order)
+
+
+def _linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """:func:`~srupp_asr.runtime.ops.linear` as one matrix product over all leading axes (numpy would run a 3-D
+    input as a product per slice of its first axis, 4x slower for a few rows each)."""
+    return linear(x.reshape(-1, x.shape[-1]), weight, bias).reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _extend(past: np.ndarray | None, order: np.ndarray | None, new: np.ndarray) -> np.ndarray:
+    """Rows ``order`` of the cache ``past`` followed by ``new`` ``(B, heads, 1, d)``, in one copy
+    (:func:`srupp_asr.kv_cache.extend`)."""
+    if past is None:
+        return new
+    t = past.shape[2]
+    out = np.empty((new.shape[0], new.shape[1], t + 1, new.shape[3]), np.float32)
+    if order is None:
+        out[:, :, :t] = past
+    else:
+        np.take(past, order, axis=0, out=out[:, :, :t], mode="clip")  # "clip": written straight into out
+    out[:, :, t:] = new
+    return out
+
+
+class SRUppLayer:
+    """One SRU++ layer over time-major input ``(L, B, D)`` (:class:`srupp_asr.sru.SRUppLayer` in eval mode)."""
+
+    def __init__(
+        self,
+        weights: Weights,
+        d_model: int,
+        attn_dim: int,
+        num_heads: int = 1,
+        attention: bool = True,
+        bidirectional: bool = True,
+        causal: bool = False,
+    ) -> None:
+        D = d_model
+        self.d_model, self.attn_dim, self.num_heads = d_model, attn_dim, num_heads
+        self.attention, self.bidirectional, self.causal = attention, bidirectional, causal
+        self.dirs = 2 if bidirectional else 1
+        nd, hd = self.dirs, D // self.dirs
+        self.wq = weights.take("wq.weight", (attn_dim, D))
+        if attention:
+            self.wk = weights.take("wk.weight", (attn_dim, attn_dim))
+            self.wv = weights.take("wv.weight", (attn_dim, attn_dim))
+            self.alpha = weights.take("alpha", (1,))[0]
+        self.norm = weights.take("norm.weight", (attn_dim,)), weights.take("norm.bias", (attn_dim,))
+        # Wo's rows are (column d, gate k) = 3d + k; reordered to (gate, direction, column in its half), the f and
+        # r rows halved (exact: a power of two), as are their biases and recurrent weights.
+        half = np.array([0.5, 0.5, 1.0], np.float32)[:, None, None]
+        wo = weights.take("wo.weight", (3 * D, attn_dim)).reshape(D, 3, attn_dim).transpose(1, 0, 2)
+        self.wo_t = np.ascontiguousarray((wo.reshape(3, nd, hd, attn_dim) * half[..., None]).reshape(3 * D, -1).T)
+        weight_c, bias = weights.take("weight_c", (2, D)), weights.take("bias", (2, D))
+        self.wc = (0.5 * weight_c).reshape(2, 1, nd, hd)
+        gate_bias = np.concatenate([bias, np.zeros((1, D), np.float32)]).reshape(3, nd, hd) * half
+        self.gate_bias = np.ascontiguousarray(gate_bias.transpose(1, 0, 2)[:, :, None, :])  # (nd, 3, 1, hd)
+
+    def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """``x`` ``(L, B, D)``; ``mask`` ``(L, B)`` bool, True on real steps (None: none padded) -> ``h``."""
+        q = _linear(x, self.wq)
+        if self.attention:
+            q = q + self.alpha * self._attend(q, self._attention_bias(mask, x.shape[0]))
+        c = np.zeros(x.shape[1:], np.float32)
+        return self._recurrence(layer_norm(q, *self.norm), x, mask, c)
+
+    def _attention_bias(self, mask: np.ndarray | None, L: int) -> np.ndarray | None:
+        if self.causal:  # padding is on the right: the causal mask suffices
+            return mask_bias(np.tril(np.ones((L, L), bool)))
+        if mask is None:
+            return None
+        keys = mask | ~mask.any(0, keepdims=True)  # a sequence with no real step attends everywhere
+        return mask_bias(keys.T)[:, None, None, :]
+
+    def _attend(self, q: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        L, B, _ = q.shape
+        heads, dh = self.num_heads, self.attn_dim // self.num_heads
+
+        def split(t: np.ndarray) -> np.ndarray:  # (L, B, d') -> (B, heads, L, dh)
+            return t.reshape(L, B, heads, dh).transpose(1, 2, 0, 3)
+
+        a = attention(split(q), split(_linear(q, self.wk)), split(_linear(q, self.wv)), bias)
+        return a.transpose(2, 0, 1, 3).reshape(L, B, self.attn_dim)
+
+    def _recurrence(self, y: np.ndarray, x: np.ndarray, mask: np.ndarray | None, c: np.ndarray) -> np.ndarray:
+        """``h`` of the recurrence over ``U = Wo y`` and highway input ``x``, from and updating the state ``c``."""
+        L, B, D = x.shape
+        nd, hd = self.dirs, D // self.dirs
+        # u[t, gate, b, direction]: the backward direction's step t is time L-1-t.
+        p = (y.reshape(L * B, -1) @ self.wo_t).reshape(L, B, 3, nd, hd)
+        u = np.empty((L, 3, B, nd, hd), np.float32)
+        for s in range(nd):
+            np.add((p if s == 0 else p[::-1])[:, :, :, s].transpose(0, 2, 1, 3), self.gate_bias[s], out=u[:, :, :, s])
+        if mask is not None:
+            padded = ~np.stack([mask, mask[::-1]][:nd], -1)  # (L, B, nd)
+            u[:, 0][padded] = np.inf  # f = 1 (tanh(inf) = 1 exactly) and candidate 0: c[t] = c[t-1] exactly
+            u[:, 2][padded] = 0.0
+        h = np.empty_like(x)
+        c = c.reshape(B, nd, hd)
+        gates = np.empty((2, B, nd, hd), np.float32)
+        f, r = gates
+        tmp = np.empty((B, nd, hd), np.float32)
+        columns = [slice(s * hd, (s + 1) * hd) for s in range(nd)]
+        for t in range(L):
+            ut = u[t]
+            np.multiply(self.wc, c, out=gates)
+            gates += ut[:2]
+            np.tanh(gates, out=gates)
+            gates *= 0.5
+            gates += 0.5
+            np.subtract(c, ut[2], out=tmp)
+            tmp *= f
+            np.add(tmp, ut[2], out=c)
+            for s, cols in enumerate(columns):
+                ts = t if s == 0 else L - 1 - t
+                xs, ds = x[ts, :, cols], tmp[:, s]
+                np.subtract(c[:, s], xs, out=ds)
+                ds *= r[:, s]
+                np.add(ds, xs, out=h[ts, :, cols])
+        if mask is not None:
+            h *= mask[..., None]
+        return h
+
+    def step(self, x: np.ndarray, state: LayerState | None = None) -> tuple[np.ndarray, LayerState]:
+        """One time step of a causal layer: ``x`` ``(B, D)`` and the state after the previous steps (None before the
+        first) -> ``(h (B, D), new state)``, the ``h`` :meth:`forward` gives at that step."""
+        if not self.causal:
+            raise RuntimeError("step() needs a causal layer (causal=True)")
+        B, _ = x.shape
+        q = linear(x, self.wq)
+        keys = values = None
+        if self.attention:
+            heads, dh = self.num_heads, self.attn_dim // self.num_heads
+            k, v = linear(q, self.wk).reshape(B, heads, 1, dh), linear(q, self.wv).reshape(B, heads, 1, dh)
+            past_k, past_v, order = (None, None, None) if state is None else (state.keys, state.values, state.order)
+            keys, values = _extend(past_k, order, k), _extend(past_v, order, v)
+            q = q + self.alpha * attention(q.reshape(B, heads, 1, dh), keys, values).reshape(B, self.attn_dim)
+        c = np.zeros_like(x) if state is None else state.c.copy()
+        h = self._recurrence(layer_norm(q, *self.norm)[None], x[None], None, c)
+        return h[0], LayerState(c, keys, values)
+
+
+def attention_layers(num_layers: int, attn_every: int) -> list[int]:
+    """1-based indices of the layers with attention: every ``attn_every``-th from the top (as
+    :func:`srupp_asr.sru.attention_layers`)."""
+    if attn_every <= 0:
+        return []
+    return [i for i in range(1, num_layers + 1) if (num_layers - i) % attn_every == 0]
+
+
+class SRUppEncoder:
+    """A stack of SRU++ layers over batch-first ``(B, T, input_size)`` with lengths
+    (:class:`srupp_asr.sru.SRUppEncoder` in eval mode; its dropouts and ``highway_bias``, an initialisation, are
+    training settings and not taken here)."""
+
+    def __init__(
+        self,
+        weights: Weights,
+        input_size: int,
+        d_model: int = 512,
+        num_layers: int = 10,
+        attn_dim: int = 128,
+        num_heads: int = 1,
+        attn_every: int = 1,
+        bidirectional: bool = True,
+        causal: bool = False,
+    ) -> None:
+        self.input_size, self.d_model, self.output_size = input_size, d_model, d_model
+        self.input_proj = None
+        if input_size != d_model:
+            self.input_proj = weights.take("input_proj.weight", (d_model, input_size)), weights.take(
+                "input_proj.bias", (d_model,)
+            )
+        with_attention = set(attention_layers(num_layers, attn_every))
+        self.layers = [
+            SRUppLayer(
+                weights.sub(f"layers.{i - 1}"),
+                d_model,
+                attn_dim,
+                num_heads,
+                attention=i in with_attention,
+                bidirectional=bidirectional,
+                causal=causal,
+            )
+            for i in range(1, num_layers + 1)
+        ]
+
+    def _project(self, x: np.ndarray) -> np.ndarray:
+        return x if self.input_proj is None else _linear(x, *self.input_proj)
+
+    def forward(self, x: np.ndarray, lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``x`` ``(B, T, input_size)``, ``lengths`` ``(B,)`` valid frames -> ``(out (B, T, d_model), lengths)``,
+        zeros on padded frames."""
+        B, T, _ = x.shape
+        h = self._project(np.ascontiguousarray(x.transpose(1, 0, 2), dtype=np.float32))
+        mask = None
+        if lengths is None:
+            lengths = np.full(B, T, np.int64)
+        elif (np.asarray(lengths) < T).any():
+            mask = np.arange(T)[:, None] < np.asarray(lengths)[None, :]
+            h = h * mask[..., None]
+        for layer in self.layers:
+            h = layer.forward(h, mask)
+        return np.ascontiguousarray(h.transpose(1, 0, 2)), np.asarray(lengths, dtype=np.int64)
+
+    def step(self, x: np.ndarray, states: list[LayerState] | None = None) -> tuple[np.ndarray, list[LayerState]]:
+        """One time step of a causal encoder: ``x`` ``(B, input_size)`` and the layers' states (None before the
+        first step) -> ``(out (B, d_model), new states)``."""
+        h = self._project(np.asarray(x, dtype=np.float32))
+        new_states = []
+        for i, layer in enumerate(self.layers):
+            h, state = layer.step(h, None if states is None else states[i])
+            new_states.append(state)
+        return h, new_states
