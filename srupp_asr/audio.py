@@ -130,12 +130,49 @@ def resampling_rate(sample_rate: int, target_rate: int = SAMPLE_RATE) -> int:
     return max(target_rate, round(sample_rate / target_rate) * target_rate)
 
 
-def resample(wav: np.ndarray, sample_rate: int, target_rate: int) -> np.ndarray:
-    """TEMPORARY: torchaudio's resampling until the numpy one lands."""
-    import torch
-    import torchaudio.functional
+@functools.lru_cache(maxsize=16)
+def _sinc_kernel(orig: int, new: int) -> tuple[np.ndarray, int]:
+    """torchaudio's ``_get_sinc_resample_kernel`` (Hann window) for rates reduced by their gcd, in float32 and in
+    its order of operations: ``(orig + 2 * width, new)`` taps (one column per output phase) and ``width``."""
+    base_freq = min(orig, new) * _ROLLOFF
+    width = math.ceil(_LOWPASS_FILTER_WIDTH * orig / base_freq)
+    idx = np.arange(-width, width + orig, dtype=np.float32) / np.float32(orig)
+    t = np.arange(0, -new, -1, dtype=np.float32)[:, None] / np.float32(new) + idx
+    t *= np.float32(base_freq)
+    np.clip(t, -_LOWPASS_FILTER_WIDTH, _LOWPASS_FILTER_WIDTH, out=t)
+    window = np.cos(t * np.float32(math.pi) / np.float32(_LOWPASS_FILTER_WIDTH) / np.float32(2)) ** 2
+    t *= np.float32(math.pi)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        kernel = np.where(t == 0, np.float32(1.0), np.sin(t) / t)
+    kernel *= window * np.float32(base_freq / orig)
+    kernel = np.ascontiguousarray(kernel.T)
+    kernel.flags.writeable = False
+    return kernel, width
 
-    return torchaudio.functional.resample(torch.from_numpy(np.ascontiguousarray(wav)), sample_rate, target_rate).numpy()
+
+def resample(wav: np.ndarray, sample_rate: int, target_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Mono float32 ``wav`` resampled from ``sample_rate`` to ``target_rate`` as torchaudio's ``Resample`` (float32
+    kernel, the defaults) does: windowed-sinc taps over ``wav`` zero padded at both ends, ``ceil(len * new / orig)``
+    samples; ``wav`` itself when the rates are equal or it is empty. The kernel has ``new * (orig + 2 * width)``
+    elements (rates reduced by their gcd): callers pick ``sample_rate`` with :func:`resampling_rate`."""
+    wav = np.asarray(wav, dtype=np.float32)
+    if wav.ndim != 1:
+        raise ValueError(f"expected a 1-D waveform, got shape {wav.shape}")
+    if sample_rate <= 0 or target_rate <= 0:
+        raise ValueError(f"sample rates must be positive, got {sample_rate} and {target_rate}")
+    if sample_rate == target_rate or wav.size == 0:
+        return wav
+    gcd = math.gcd(sample_rate, target_rate)
+    orig, new = sample_rate // gcd, target_rate // gcd
+    kernel, width = _sinc_kernel(orig, new)
+    taps = kernel.shape[0]
+    blocks = wav.size // orig + 1  # input blocks of `orig` samples, each giving `new` output samples
+    padded = np.zeros((blocks - 1) * orig + taps, np.float32)
+    padded[width : width + wav.size] = wav
+    # Output block k, phase j: the taps of column j over padded[k * orig : k * orig + taps].
+    windows = np.lib.stride_tricks.as_strided(padded, (blocks, taps), (orig * 4, 4), writeable=False)
+    out = (windows @ kernel).reshape(-1)
+    return out[: -(-wav.size * new // orig)]
 
 
 def load_audio(path: str | os.PathLike[str], sample_rate: int = SAMPLE_RATE) -> np.ndarray:

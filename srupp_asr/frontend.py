@@ -20,16 +20,17 @@ from srupp_asr.audio import SAMPLE_RATE, prepare_waveform
 from srupp_asr.checks import check_int, check_number, check_size
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_write_text
+from srupp_asr.runtime.features import (
+    HOP_LENGTH,
+    LOW_FREQ,
+    N_FFT,
+    N_MELS,
+    PREEMPHASIS,
+    WAVEFORM_SCALE,
+    WIN_LENGTH,
+)
 
-N_MELS = 80
-WIN_LENGTH = 400  # 25 ms at 16 kHz
-HOP_LENGTH = 160  # 10 ms at 16 kHz
-N_FFT = 512  # the window rounded up to a power of two, as Kaldi does
-LOW_FREQ = 20.0  # Hz; the top mel bin ends at Nyquist
-PREEMPHASIS = 0.97
-# Kaldi computes on 16-bit sample values; scaling [-1, 1] audio up keeps its log-mel values, its floor
-# and the meaning of its dither (in sample units) identical to `compute-fbank-feats` on the same file.
-WAVEFORM_SCALE = 32768.0
+# The framing and mel constants live with the numpy filterbank (torch-free), which computes the same features.
 LOG_FLOOR = torch.finfo(torch.float32).eps
 # A mel bin that barely varies over the training data (band-limited audio) would otherwise be blown
 # up to huge values by 1 / std.

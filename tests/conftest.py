@@ -113,7 +113,7 @@ def corpus(synthesize_speech, tmp_path_factory: pytest.TempPathFactory) -> Corpu
             utt = f"utt{i:02d}"
             wav = folder / f"{utt}.wav"
             # espeak-ng speaks at 22.05 kHz; store the model's rate so that loading needs no resampling.
-            sf.write(wav, load_audio(synthesize_speech(text, f"acceptance_{utt}.wav")).numpy(), SAMPLE_RATE)
+            sf.write(wav, load_audio(synthesize_speech(text, f"acceptance_{utt}.wav")), SAMPLE_RATE)
             rec = Recording.from_file(wav, recording_id=utt)
             sup = SupervisionSegment(id=utt, recording_id=utt, start=0.0, duration=rec.duration, text=text)
             cuts.append(MonoCut(id=utt, start=0.0, duration=rec.duration, channel=0, recording=rec, supervisions=[sup]))

@@ -179,7 +179,7 @@ def test_alignment_gives_token_spans_word_times_and_peak_posterior_confidence(ov
     for t, (label, p) in enumerate(path):
         probs[t] = (1 - p) / (V - 1)
         probs[t, label] = p
-    times, words = align_hypothesis(probs.log(), tokens, tokenizer, frame_shift=0.04, num_frames=T)
+    times, words = align_hypothesis(probs.log().numpy(), tokens, tokenizer, frame_shift=0.04, num_frames=T)
     starts = [1, 2, 3, 5, 8, 9, 10, 11]
     assert times == pytest.approx([0.04 * f for f in starts])
     assert [w.text for w in words] == ["the", "sun"]
@@ -365,11 +365,11 @@ def test_forced_alignment_of_an_impossible_hypothesis_is_none_and_times_are_spre
     tokens = [3, 4, 4]
     blocked = log_probs.clone()
     blocked[4] = float("-inf")
-    assert token_spans(blocked, tokens) is None
+    assert token_spans(blocked.numpy(), tokens) is None
     never = log_probs.clone()
     never[:, 3] = float("-inf")
-    assert token_spans(never, tokens) is None
-    times, words = align_hypothesis(never, tokens, TOKENIZER, frame_shift=0.04, num_frames=8)
+    assert token_spans(never.numpy(), tokens) is None
+    times, words = align_hypothesis(never.numpy(), tokens, TOKENIZER, frame_shift=0.04, num_frames=8)
     assert times == pytest.approx([0.0, 0.08, 0.2])  # 8 frames spread over 3 tokens: frames 0, 2, 5
     assert [(w.text, w.confidence) for w in words] == [("3 4 4", 0.0)]
     # -inf where the best path does not go changes nothing: the spans of forced_align on the original.
@@ -377,7 +377,7 @@ def test_forced_alignment_of_an_impossible_hypothesis_is_none_and_times_are_spre
     other[:, 1] = float("-inf")
     path, scores = taf.forced_align(other[None], torch.tensor([tokens], dtype=torch.int32), blank=BLANK_ID)
     spans = taf.merge_tokens(path[0], scores[0].exp())
-    starts, ends, peaks = token_spans(other, tokens)
+    starts, ends, peaks = token_spans(other.numpy(), tokens)
     assert (starts, ends) == ([s.start for s in spans], [s.end for s in spans])
     assert peaks == pytest.approx([float(scores[0, s.start : s.end].exp().max()) for s in spans])
 

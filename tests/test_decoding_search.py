@@ -153,7 +153,7 @@ def test_long_alignments_are_cut_into_windows_with_the_same_spans(monkeypatch) -
 
     gen = torch.Generator().manual_seed(1)
     tokens = [3 + int(t) for t in torch.randint(0, 20, (300,), generator=gen)]
-    log_probs = _spiky_log_probs(tokens, 5, 24)
+    log_probs = _spiky_log_probs(tokens, 5, 24).numpy()
     whole = alignment.token_spans(log_probs, tokens)
     monkeypatch.setattr(alignment, "MAX_CELLS", 20_000)  # forces about 30 windows
     windowed = alignment.token_spans(log_probs, tokens)

@@ -2,8 +2,8 @@
 
 A hypothesis is aligned to its utterance's CTC log-probabilities (a numpy array) by :func:`forced_align`: the best
 CTC path that emits exactly its tokens, found by a Viterbi search in numpy that breaks ties as
-``torchaudio.functional.forced_align`` does, so the paths are the same (this module imports no torch: inference on
-the CPU runs without it). A token's time is the first frame of its span in that path, times ``frame_shift``
+``torchaudio.functional.forced_align`` does, so the paths are torchaudio's (this module imports no torch: inference
+on the CPU runs without it). A token's time is the first frame of its span in that path, times ``frame_shift``
 seconds. Words are groups of sentencepiece pieces: a piece starting with ``▁`` starts a word; a word starts at its
 first token's first frame and ends at the end (exclusive) of its last token's span.
 
@@ -41,14 +41,15 @@ def ctc_can_emit(tokens: list[int], num_frames: int) -> bool:
 def forced_align(log_probs: np.ndarray, tokens: list[int], blank: int = BLANK_ID) -> np.ndarray:
     """The label of every frame (``(T,)`` int64) on the best CTC path through ``log_probs`` ``(T, V)`` that emits
     ``tokens`` (non-empty, no ``blank``): the path ``torchaudio.functional.forced_align`` returns, computed as it
-    does (float32 sums, states out of reach of the path's ends kept at -inf, and its tie-breaking: a move is taken
-    only when it beats both others, so a tie stays in the state). The path is meaningful only when one with a
-    finite log-probability exists (see :data:`IMPOSSIBLE`)."""
+    does: float32 sums, states out of reach of the path's ends kept at -inf, and its tie-breaking (a move is taken
+    only when it beats both others: where the two moves tie above staying the path stays, not always the best path
+    but torchaudio's). The path is meaningful only when one with a finite log-probability exists (see
+    :data:`IMPOSSIBLE`)."""
     log_probs = np.asarray(log_probs, dtype=np.float32)
     T, L = log_probs.shape[0], len(tokens)
     targets = np.asarray(tokens, dtype=np.int64)
     repeats = int(np.count_nonzero(targets[1:] == targets[:-1]))
-    if not L or T < L + repeats:
+    if not L or L + repeats > T:
         raise ValueError(f"CTC cannot emit {L} tokens ({repeats} repeated) in {T} frames")
     S = 2 * L + 1
     labels = np.full(S, blank, dtype=np.int64)
@@ -60,8 +61,8 @@ def forced_align(log_probs: np.ndarray, tokens: list[int], blank: int = BLANK_ID
     # Scores of the states at the previous and the current frame, after two -inf cells (state i at index i + 2).
     prev = np.full(S + 2, -np.inf, dtype=np.float32)
     cur = prev.copy()
-    back = np.full((T, S), -1, dtype=np.int8)  # per frame and state: how many states back the best move came from
-    start, end = (0 if T > L + repeats else 1), 2  # the states the path can be in at this frame: [start, end)
+    back = np.zeros((T, S), dtype=np.int8)  # per frame and state: how many states back its move came from
+    start, end = (0 if L + repeats < T else 1), 2  # the states the path can be in at this frame: [start, end)
     prev[start + 2 : end + 2] = log_probs[0, labels[start:end]]
     for t in range(1, T):
         if T - t <= L + repeats:  # the path must still reach the last states
@@ -109,10 +110,9 @@ def token_spans(log_probs: np.ndarray, tokens: list[int]) -> tuple[list[int], li
 MAX_CELLS = 2**27  # trellis cells per forced alignment (128 MiB of back-pointers)
 
 
-# Stands for a -inf (or NaN) log-probability in forced_align's input: with no finite path the search follows
-# back-pointers of unreachable states (a garbage path, or indices out of range); with this floor it always returns a
-# path, which is impossible exactly when it passes through a floored cell (the floor dominates any sum of finite
-# log-probabilities).
+# Stands for a -inf (or NaN) log-probability in forced_align's input: with no finite path every score is -inf and
+# the path found means nothing (it may even skip a token); with this floor the path is impossible exactly when it
+# passes through a floored cell (the floor dominates any sum of finite log-probabilities).
 IMPOSSIBLE = -1e30
 
 

@@ -72,7 +72,7 @@ def decode_encoded(
         if log_probs is not None:  # a NaN (a broken model or input) is an impossible label, as in beam_search
             log_probs = log_probs.nan_to_num(nan=NEG_INF, neginf=NEG_INF)
         results = _search(model, enc, enc_lens, log_probs, options, lm if options.fusion_weight > 0 else None)
-        cpu_log_probs = log_probs.cpu() if log_probs is not None else None
+        cpu_log_probs = log_probs.float().cpu().numpy() if log_probs is not None else None
         shift = model.frame_shift
         out = []
         for b, nbest in enumerate(results):

@@ -32,6 +32,12 @@ def sinusoidal_positions(length: int, dim: int, first: int = 0) -> np.ndarray:
     return table
 
 
+def _fortran(weight: np.ndarray) -> np.ndarray:
+    """A linear layer's ``(out, in)`` weight stored transposed, so that :func:`~srupp_asr.runtime.ops.linear`'s
+    ``x @ weight.T`` multiplies by a C-contiguous matrix (OpenBLAS: about 15% faster at these sizes)."""
+    return np.asfortranarray(weight)
+
+
 def _sizes(
     d_model: int = 256, num_layers: int = 6, num_heads: int = 4, ffn_dim: int = 2048, dropout: float = 0.1
 ) -> tuple[int, int, int, int]:
@@ -63,7 +69,7 @@ class _Layer:
     @classmethod
     def take(cls, w: Weights, d: int, ffn_dim: int, memory_dim: int) -> _Layer:
         def lin(name: str, out: int, inp: int) -> tuple[np.ndarray, np.ndarray]:
-            return w.take(f"{name}.weight", (out, inp)), w.take(f"{name}.bias", (out,))
+            return _fortran(w.take(f"{name}.weight", (out, inp))), w.take(f"{name}.bias", (out,))
 
         def norm(name: str) -> tuple[np.ndarray, np.ndarray]:
             return w.take(f"{name}.weight", (d,)), w.take(f"{name}.bias", (d,))
@@ -71,7 +77,7 @@ class _Layer:
         q, k, v = (lin(f"self_attn.w{p}", d, d) for p in "qkv")
         return cls(
             norm_self=norm("norm_self"),
-            qkv=(np.concatenate([q[0], k[0], v[0]]), np.concatenate([q[1], k[1], v[1]])),
+            qkv=(_fortran(np.concatenate([q[0], k[0], v[0]])), np.concatenate([q[1], k[1], v[1]])),
             self_out=lin("self_attn.wo", d, d),
             norm_cross=norm("norm_cross"),
             cross_q=lin("cross_attn.wq", d, d),
@@ -112,7 +118,7 @@ class TransformerDecoder:
         embed = weights.take("embed.weight", (vocab_size, d))
         layers = [_Layer.take(weights.sub(f"layers.{i}"), d, ffn_dim, memory_dim) for i in range(num_layers)]
         final_norm = weights.take("final_norm.weight", (d,)), weights.take("final_norm.bias", (d,))
-        output = weights.take("output.weight", (vocab_size, d)), weights.take("output.bias", (vocab_size,))
+        output = _fortran(weights.take("output.weight", (vocab_size, d))), weights.take("output.bias", (vocab_size,))
         weights.check_all_taken()
         return cls(embed, layers, final_norm, output, num_heads)
 

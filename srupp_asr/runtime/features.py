@@ -1,10 +1,8 @@
-"""The model's input in numpy, without torch: resampling, the Kaldi-compatible log-mel filterbank and global CMVN,
-each computing in float32 what its torch counterpart computes (torchaudio's ``Resample``, which
-:func:`srupp_asr.audio.prepare_waveform` used; :class:`srupp_asr.frontend.Fbank` in inference;
+"""The model's input in numpy, without torch: the Kaldi-compatible log-mel filterbank and global CMVN, each
+computing in float32 what its torch counterpart computes (:class:`srupp_asr.frontend.Fbank` in inference,
 :class:`srupp_asr.frontend.GlobalCMVN`), so that ``transcribe`` on the CPU runs without importing torch.
 
-The constants are :mod:`srupp_asr.frontend`'s, repeated here because that module imports torch (the tests check
-that both agree).
+The framing and mel constants are defined here, torch-free, and :mod:`srupp_asr.frontend` takes them from here.
 """
 
 from __future__ import annotations
@@ -14,63 +12,18 @@ import math
 
 import numpy as np
 
-SAMPLE_RATE = 16000
+from srupp_asr.audio import SAMPLE_RATE
+
 N_MELS = 80
 WIN_LENGTH = 400  # 25 ms at 16 kHz
 HOP_LENGTH = 160  # 10 ms at 16 kHz
-N_FFT = 512
-LOW_FREQ = 20.0
+N_FFT = 512  # the window rounded up to a power of two, as Kaldi does
+LOW_FREQ = 20.0  # Hz; the top mel bin ends at Nyquist
 PREEMPHASIS = 0.97
+# Kaldi computes on 16-bit sample values; scaling [-1, 1] audio up keeps its log-mel values, its floor
+# and the meaning of its dither (in sample units) identical to `compute-fbank-feats` on the same file.
 WAVEFORM_SCALE = 32768.0
 LOG_FLOOR = np.finfo(np.float32).eps
-# torchaudio's resampling defaults (audio.py's resampler keeps them).
-_LOWPASS_FILTER_WIDTH = 6
-_ROLLOFF = 0.99
-
-
-@functools.lru_cache(maxsize=16)
-def _sinc_kernel(orig: int, new: int) -> tuple[np.ndarray, int]:
-    """torchaudio's ``_get_sinc_resample_kernel`` (Hann window) for rates reduced by their gcd, in float32 and in
-    its order of operations: ``(orig + 2 * width, new)`` taps (one column per output phase) and ``width``."""
-    base_freq = min(orig, new) * _ROLLOFF
-    width = math.ceil(_LOWPASS_FILTER_WIDTH * orig / base_freq)
-    idx = np.arange(-width, width + orig, dtype=np.float32) / np.float32(orig)
-    t = np.arange(0, -new, -1, dtype=np.float32)[:, None] / np.float32(new) + idx
-    t *= np.float32(base_freq)
-    np.clip(t, -_LOWPASS_FILTER_WIDTH, _LOWPASS_FILTER_WIDTH, out=t)
-    window = np.cos(t * np.float32(math.pi) / np.float32(_LOWPASS_FILTER_WIDTH) / np.float32(2)) ** 2
-    t *= np.float32(math.pi)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        kernel = np.where(t == 0, np.float32(1.0), np.sin(t) / t)
-    kernel *= window * np.float32(base_freq / orig)
-    kernel = np.ascontiguousarray(kernel.T)
-    kernel.flags.writeable = False
-    return kernel, width
-
-
-def resample(wav: np.ndarray, sample_rate: int, target_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Mono float32 ``wav`` resampled from ``sample_rate`` to ``target_rate`` as torchaudio's ``Resample`` (float32
-    kernel, the defaults) does: windowed-sinc taps over ``wav`` zero padded at both ends, ``ceil(len * new / orig)``
-    samples; ``wav`` itself when the rates are equal or it is empty. The kernel has ``new * (orig + 2 * width)``
-    elements (rates reduced by their gcd): callers pick ``sample_rate`` with :func:`srupp_asr.audio.resampling_rate`."""
-    wav = np.asarray(wav, dtype=np.float32)
-    if wav.ndim != 1:
-        raise ValueError(f"expected a 1-D waveform, got shape {wav.shape}")
-    if sample_rate <= 0 or target_rate <= 0:
-        raise ValueError(f"sample rates must be positive, got {sample_rate} and {target_rate}")
-    if sample_rate == target_rate or wav.size == 0:
-        return wav
-    gcd = math.gcd(sample_rate, target_rate)
-    orig, new = sample_rate // gcd, target_rate // gcd
-    kernel, width = _sinc_kernel(orig, new)
-    taps = kernel.shape[0]
-    blocks = wav.size // orig + 1  # input blocks of `orig` samples, each giving `new` output samples
-    padded = np.zeros((blocks - 1) * orig + taps, np.float32)
-    padded[width : width + wav.size] = wav
-    # Output block k, phase j: the taps of column j over padded[k * orig : k * orig + taps].
-    windows = np.lib.stride_tricks.as_strided(padded, (blocks, taps), (orig * 4, 4), writeable=False)
-    out = (windows @ kernel).reshape(-1)
-    return out[: -(-wav.size * new // orig)]
 
 
 def num_frames(num_samples: np.ndarray) -> np.ndarray:

@@ -1,52 +1,20 @@
 """The beam search's full scorers in numpy, without torch: the attention decoder and the SRU++ language model, as
 :class:`srupp_asr.decoding.scorers.DecoderScorer` and :class:`~srupp_asr.decoding.scorers.LMScorer` score (same
-rows, same scores, NaN passed on), over numpy arrays.
-
-A :class:`Scorer` gives each hypothesis (a row: a prefix ``ys`` that starts with ``<sos/eos>``) a log score for the
-next token; it owns its per-hypothesis state, which :meth:`Scorer.select` reorders when the search keeps some rows
-and extends them.
+rows, same scores, NaN passed on), over numpy arrays: the :class:`srupp_asr.runtime.search.Scorer` protocol.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from srupp_asr.runtime.decoder import TransformerDecoder
 
-
-class Scorer(Protocol):
-    """One source of next-token scores for the beam search (the protocol of the torch ``Scorer``, over numpy)."""
-
-    #: True: :meth:`score` scores the whole vocabulary ``(N, V)``; False: only the candidates given ``(N, K)``.
-    full: bool
-
-    def init_state(self, utterances: np.ndarray) -> Any:
-        """The state of ``N`` hypotheses that are the bare ``<sos/eos>`` prefix; ``utterances`` ``(N,)`` int64 says
-        which utterance each row belongs to."""
-        ...
-
-    def score(self, state: Any, ys: np.ndarray, candidates: np.ndarray | None) -> tuple[np.ndarray, Any]:
-        """float32 log scores of the next token after ``ys`` ``(N, i)`` (every token, or ``candidates`` ``(N, K)``),
-        and whatever :meth:`select` needs to extend the hypotheses."""
-        ...
-
-    def select(self, state: Any, rows: np.ndarray, tokens: np.ndarray | None, pending: Any) -> Any:
-        """The state of hypotheses ``rows`` ``(M,)`` extended by ``tokens`` ``(M,)`` (``pending`` from the last
-        :meth:`score`); with ``tokens`` None, the rows as they are (the search dropping finished utterances)."""
-        ...
-
-
-class StepLM(Protocol):
-    """What :class:`LMScorer` needs of a language model (:class:`srupp_asr.runtime.lm.SRUppLM`)."""
-
-    vocab_size: int
-
-    def step(self, tokens: np.ndarray, states: Any | None) -> tuple[np.ndarray, Any]: ...
-
-    def select(self, states: Any, rows: np.ndarray) -> Any: ...
+if TYPE_CHECKING:
+    from srupp_asr.runtime.lm import SRUppLM
+    from srupp_asr.runtime.sru import LayerState
 
 
 @dataclass
@@ -107,25 +75,28 @@ class DecoderScorer:
 
 
 class LMScorer:
-    """A language model as a full scorer (shallow fusion): ``log P_lm(token | ys)``.
+    """An :class:`~srupp_asr.runtime.lm.SRUppLM` as a full scorer (shallow fusion): ``log P_lm(token | ys)``.
 
-    Its state is the LM's states after reading every token of ``ys`` but the last; :meth:`score` feeds the last one.
-    The LM's ``<sos/eos>`` probability scores the end of a hypothesis."""
+    Its state is the LM's layer states after reading every token of ``ys`` but the last; :meth:`score` feeds the last
+    one. The LM's ``<sos/eos>`` probability scores the end of a hypothesis."""
 
     full = True
 
-    def __init__(self, lm: StepLM) -> None:
+    def __init__(self, lm: SRUppLM) -> None:
         self.lm = lm
 
-    def init_state(self, utterances: np.ndarray) -> None:
+    def init_state(self, utterances: np.ndarray) -> list[LayerState] | None:
         """Nothing read yet (the first :meth:`score` feeds ``<sos/eos>``)."""
         return None
 
-    def score(self, state: Any | None, ys: np.ndarray, candidates: np.ndarray | None) -> tuple[np.ndarray, Any]:
-        """``(N, V)`` next-token log-probabilities after ``ys``; the states with ``ys``'s last token read."""
+    def score(
+        self, state: list[LayerState] | None, ys: np.ndarray, candidates: np.ndarray | None
+    ) -> tuple[np.ndarray, Any]:
+        """``(N, V)`` next-token log-probabilities after ``ys``; the layer states with ``ys``'s last token read."""
         return self.lm.step(ys[:, -1], state)
 
-    def select(self, state: Any | None, rows: np.ndarray, tokens: np.ndarray | None, pending: Any) -> Any | None:
+    def select(
+        self, state: list[LayerState] | None, rows: np.ndarray, tokens: np.ndarray | None, pending: Any
+    ) -> list[LayerState] | None:
         """The states of ``rows`` (with their last token read when the hypotheses were extended)."""
-        source = pending if tokens is not None else state
-        return None if source is None else self.lm.select(source, rows)
+        return self.lm.select(pending if tokens is not None else state, rows)

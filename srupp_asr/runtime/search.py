@@ -448,7 +448,8 @@ class CTCPrefixScorer:
             b_e + cum_b[rows, lengths] - cum_b[rows, e], n_e - cum_c[rows, e] + cum_b[rows, lengths] + switch
         )
         # (After a -inf log-probability, a broken model's, differences of sums are NaN: counted as impossible.)
-        carried = np.nan_to_num(np.logaddexp(stay, blank), nan=NEG_INF).astype(np.float32)
+        carried = np.logaddexp(stay, blank)
+        carried = np.where(np.isnan(carried), NEG_INF, carried).astype(np.float32)
         carried = np.where((last >= 0) & (offset > last), carried, np.float32(NEG_INF))
         return np.where(inside, direct, carried)
 

@@ -20,11 +20,16 @@ after the loop.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from srupp_asr.checks import ConfigValueError, check_divides, check_even_size, check_int, check_keywords, check_size
 from srupp_asr.runtime.ops import Weights, attention, layer_norm, linear, mask_bias
+
+# The torch encoder's options that only training reads: dropout, and highway_bias (a bias's initial value).
+TRAINING_OPTIONS = frozenset({"dropout", "attn_dropout", "highway_bias"})
 
 
 class LayerState(NamedTuple):
@@ -91,23 +96,20 @@ class SRUppLayer:
             self.wv = weights.take("wv.weight", (attn_dim, attn_dim))
             self.alpha = weights.take("alpha", (1,))[0]
         self.norm = weights.take("norm.weight", (attn_dim,)), weights.take("norm.bias", (attn_dim,))
-        # Wo's rows are (column d, gate k) = 3d + k; reordered to (gate, direction, column in its half), the f and
-        # r rows halved (exact: a power of two), as are their biases and recurrent weights.
-        half = np.array([0.5, 0.5, 1.0], np.float32)[:, None, None]
-        wo = weights.take("wo.weight", (3 * D, attn_dim)).reshape(D, 3, attn_dim).transpose(1, 0, 2)
-        self.wo_t = np.ascontiguousarray((wo.reshape(3, nd, hd, attn_dim) * half[..., None]).reshape(3 * D, -1).T)
-        weight_c, bias = weights.take("weight_c", (2, D)), weights.take("bias", (2, D))
-        self.wc = (0.5 * weight_c).reshape(2, 1, nd, hd)
-        gate_bias = np.concatenate([bias, np.zeros((1, D), np.float32)]).reshape(3, nd, hd) * half
-        self.gate_bias = np.ascontiguousarray(gate_bias.transpose(1, 0, 2)[:, :, None, :])  # (nd, 3, 1, hd)
+        # Wo's rows are (column d, gate k) = 3d + k: split by gate and direction, the f and r parts halved (exact: a
+        # power of two), as are their biases and recurrent weights.
+        half = np.array([0.5, 0.5, 1.0], np.float32)[:, None, None, None]
+        wo = weights.take("wo.weight", (3 * D, attn_dim)).reshape(nd, hd, 3, attn_dim).transpose(2, 0, 3, 1) * half
+        self.wo = [[np.ascontiguousarray(w) for w in gate] for gate in wo]  # [gate][direction]: (d', hd)
+        self.wc = (0.5 * weights.take("weight_c", (2, D))).reshape(2, 1, nd, hd)
+        self.bias = (0.5 * weights.take("bias", (2, D))).reshape(2, 1, nd, hd)
 
     def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """``x`` ``(L, B, D)``; ``mask`` ``(L, B)`` bool, True on real steps (None: none padded) -> ``h``."""
         q = _linear(x, self.wq)
         if self.attention:
             q = q + self.alpha * self._attend(q, self._attention_bias(mask, x.shape[0]))
-        c = np.zeros(x.shape[1:], np.float32)
-        return self._recurrence(layer_norm(q, *self.norm), x, mask, c)
+        return self._recurrence(layer_norm(q, *self.norm), x, mask, None)[0]
 
     def _attention_bias(self, mask: np.ndarray | None, L: int) -> np.ndarray | None:
         if self.causal:  # padding is on the right: the causal mask suffices
@@ -127,44 +129,48 @@ class SRUppLayer:
         a = attention(split(q), split(_linear(q, self.wk)), split(_linear(q, self.wv)), bias)
         return a.transpose(2, 0, 1, 3).reshape(L, B, self.attn_dim)
 
-    def _recurrence(self, y: np.ndarray, x: np.ndarray, mask: np.ndarray | None, c: np.ndarray) -> np.ndarray:
-        """``h`` of the recurrence over ``U = Wo y`` and highway input ``x``, from and updating the state ``c``."""
+    def _recurrence(
+        self, y: np.ndarray, x: np.ndarray, mask: np.ndarray | None, c: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(h, c_last)`` of the recurrence over ``U = Wo y`` with highway input ``x``, from state ``c`` (None:
+        zeros)."""
         L, B, D = x.shape
         nd, hd = self.dirs, D // self.dirs
-        # u[t, gate, b, direction]: the backward direction's step t is time L-1-t.
-        p = (y.reshape(L * B, -1) @ self.wo_t).reshape(L, B, 3, nd, hd)
-        u = np.empty((L, 3, B, nd, hd), np.float32)
-        for s in range(nd):
-            np.add((p if s == 0 else p[::-1])[:, :, :, s].transpose(0, 2, 1, 3), self.gate_bias[s], out=u[:, :, :, s])
+        # u[gate, t, b, direction]: step t of the backward direction is time L-1-t.
+        u = np.empty((3, L, B, nd, hd), np.float32)
+        rows = [y.reshape(L * B, -1), y[::-1].reshape(L * B, -1)][:nd]  # each direction's inputs in its order
+        for k in range(3):
+            for s in range(nd):
+                np.matmul(rows[s], self.wo[k][s], out=u[k, :, :, s].reshape(L * B, hd))
         if mask is not None:
             padded = ~np.stack([mask, mask[::-1]][:nd], -1)  # (L, B, nd)
-            u[:, 0][padded] = np.inf  # f = 1 (tanh(inf) = 1 exactly) and candidate 0: c[t] = c[t-1] exactly
-            u[:, 2][padded] = 0.0
-        h = np.empty_like(x)
-        c = c.reshape(B, nd, hd)
-        gates = np.empty((2, B, nd, hd), np.float32)
-        f, r = gates
+            u[0][padded] = np.inf  # f = 1 (tanh(inf) = 1 exactly) and candidate 0: c[t] = c[t-1] exactly
+            u[2][padded] = 0.0
+        c = np.zeros((B, nd, hd), np.float32) if c is None else c.reshape(B, nd, hd)
+        product = np.empty((2, B, nd, hd), np.float32)
         tmp = np.empty((B, nd, hd), np.float32)
-        columns = [slice(s * hd, (s + 1) * hd) for s in range(nd)]
-        for t in range(L):
-            ut = u[t]
-            np.multiply(self.wc, c, out=gates)
-            gates += ut[:2]
+        for t in range(L):  # in place: u[0, t], u[1, t] become f and r, u[2, t] becomes c[t]
+            gates, c_new = u[:2, t], u[2, t]
+            np.multiply(self.wc, c, out=product)
+            gates += product
+            gates += self.bias
             np.tanh(gates, out=gates)
             gates *= 0.5
             gates += 0.5
-            np.subtract(c, ut[2], out=tmp)
-            tmp *= f
-            np.add(tmp, ut[2], out=c)
-            for s, cols in enumerate(columns):
-                ts = t if s == 0 else L - 1 - t
-                xs, ds = x[ts, :, cols], tmp[:, s]
-                np.subtract(c[:, s], xs, out=ds)
-                ds *= r[:, s]
-                np.add(ds, xs, out=h[ts, :, cols])
+            np.subtract(c, c_new, out=tmp)
+            tmp *= gates[0]
+            c_new += tmp
+            c = c_new
+        h = np.empty_like(x)
+        for s in range(nd):  # h = x + r * (c - x)
+            cols = slice(s * hd, (s + 1) * hd)
+            xs, hs = (x[:, :, cols], h[:, :, cols]) if s == 0 else (x[::-1, :, cols], h[::-1, :, cols])
+            np.subtract(u[2, :, :, s], xs, out=hs)
+            hs *= u[1, :, :, s]
+            hs += xs
         if mask is not None:
             h *= mask[..., None]
-        return h
+        return h, c.reshape(B, D)
 
     def step(self, x: np.ndarray, state: LayerState | None = None) -> tuple[np.ndarray, LayerState]:
         """One time step of a causal layer: ``x`` ``(B, D)`` and the state after the previous steps (None before the
@@ -180,8 +186,7 @@ class SRUppLayer:
             past_k, past_v, order = (None, None, None) if state is None else (state.keys, state.values, state.order)
             keys, values = _extend(past_k, order, k), _extend(past_v, order, v)
             q = q + self.alpha * attention(q.reshape(B, heads, 1, dh), keys, values).reshape(B, self.attn_dim)
-        c = np.zeros_like(x) if state is None else state.c.copy()
-        h = self._recurrence(layer_norm(q, *self.norm)[None], x[None], None, c)
+        h, c = self._recurrence(layer_norm(q, *self.norm)[None], x[None], None, None if state is None else state.c)
         return h[0], LayerState(c, keys, values)
 
 
@@ -195,8 +200,7 @@ def attention_layers(num_layers: int, attn_every: int) -> list[int]:
 
 class SRUppEncoder:
     """A stack of SRU++ layers over batch-first ``(B, T, input_size)`` with lengths
-    (:class:`srupp_asr.sru.SRUppEncoder` in eval mode; its dropouts and ``highway_bias``, an initialisation, are
-    training settings and not taken here)."""
+    (:class:`srupp_asr.sru.SRUppEncoder` in eval mode); an option out of range is a ConfigValueError naming it."""
 
     def __init__(
         self,
@@ -210,13 +214,24 @@ class SRUppEncoder:
         bidirectional: bool = True,
         causal: bool = False,
     ) -> None:
+        check_size("d_model", d_model)
+        check_size("num_layers", num_layers)
+        check_size("attn_dim", attn_dim)
+        check_int("attn_every", attn_every, minimum=0)
+        with_attention = set(attention_layers(num_layers, attn_every))
+        if with_attention:
+            check_divides("num_heads", num_heads, "attn_dim", attn_dim)
+        if causal and bidirectional:
+            raise ConfigValueError("causal", "needs bidirectional: false (a causal layer is unidirectional)")
+        if bidirectional:
+            check_even_size("d_model", d_model, "a bidirectional layer has half of it per direction")
         self.input_size, self.d_model, self.output_size = input_size, d_model, d_model
         self.input_proj = None
         if input_size != d_model:
-            self.input_proj = weights.take("input_proj.weight", (d_model, input_size)), weights.take(
-                "input_proj.bias", (d_model,)
+            self.input_proj = (
+                weights.take("input_proj.weight", (d_model, input_size)),
+                weights.take("input_proj.bias", (d_model,)),
             )
-        with_attention = set(attention_layers(num_layers, attn_every))
         self.layers = [
             SRUppLayer(
                 weights.sub(f"layers.{i - 1}"),
@@ -229,6 +244,14 @@ class SRUppEncoder:
             )
             for i in range(1, num_layers + 1)
         ]
+
+    @classmethod
+    def from_config(cls, weights: Weights, input_size: int, options: Mapping[str, Any]) -> SRUppEncoder:
+        """The encoder :class:`srupp_asr.sru.SRUppEncoder` builds from keyword arguments ``options`` (the
+        :data:`TRAINING_OPTIONS` ignored); an option it does not take is a ConfigValueError naming it."""
+        options = {k: v for k, v in options.items() if k not in TRAINING_OPTIONS}
+        check_keywords(cls, options, internal=("weights", "input_size"))
+        return cls(weights, input_size, **options)
 
     def _project(self, x: np.ndarray) -> np.ndarray:
         return x if self.input_proj is None else _linear(x, *self.input_proj)
