@@ -51,7 +51,7 @@ def _synthetic_audio(seconds: float = 1.5, seed: int = 0) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def speech(synthesize_speech) -> torch.Tensor:
-    return load_audio(synthesize_speech())
+    return torch.from_numpy(load_audio(synthesize_speech()))  # the torch frontend's input
 
 
 def _kaldi_native_fbank(wav: torch.Tensor) -> torch.Tensor:
@@ -199,7 +199,7 @@ def _cuts(tmp_path, waves: list[tuple[torch.Tensor, int]]):
 def test_compute_cmvn_stats_equals_stats_over_all_frames(tmp_path):
     waves = [(_synthetic_audio(1.0, seed=3), SAMPLE_RATE), (0.5 * _synthetic_audio(0.7, seed=4), 8000)]
     cuts = _cuts(tmp_path, waves)
-    all_frames = torch.cat([_features(load_audio(tmp_path / f"u{i}.wav")) for i in range(2)]).double()
+    all_frames = torch.cat([_features(torch.from_numpy(load_audio(tmp_path / f"u{i}.wav"))) for i in range(2)]).double()
     mean, std = compute_cmvn_stats(cuts)
     assert mean.dtype == std.dtype == torch.float32 and mean.shape == std.shape == (N_MELS,)
     torch.testing.assert_close(mean.double(), all_frames.mean(0), atol=1e-5, rtol=1e-6)

@@ -282,7 +282,7 @@ def test_joint_by_default_decodes_a_long_recording_in_pieces_cut_at_pauses(overf
     model, utts = overfit_model_dir
     pieces, pauses, seconds = [], [], 0.0
     for wav_path, _ in itertools.cycle(utts):
-        wav = load_audio(wav_path).numpy()
+        wav = load_audio(wav_path)
         pieces += [wav, np.zeros(int(0.8 * SAMPLE_RATE), dtype=np.float32)]
         seconds += len(wav) / SAMPLE_RATE
         pauses.append((seconds, seconds + 0.8))

@@ -12,7 +12,7 @@ its :class:`~srupp_asr.decoding.DecodingOptions` and an optional fusion LM, with
 - with ``workers`` above 1 (:func:`concurrent_batches`: 2 on a CPU with 2 or more compute threads), that many batches
   (of whole recordings, or of a long recording's chunks) are decoded at once, each on its own thread with its share
   of the compute threads. The label-synchronous search is a long chain of small operations that gains nothing from a
-  second thread inside it (see ``_one_cpu_thread`` in :mod:`srupp_asr.decoding.modes`), while one batch's search
+  second thread inside it (see :func:`srupp_asr.threads.one_thread`), while one batch's search
   beside another's encoder keeps both cores busy: the 32 LJ Speech files decode 1.5x faster on 2 cores, idle or
   with one core busy, with the same transcripts (docs/benchmarks.md, "CPU inference").
 

@@ -21,7 +21,6 @@ empty one with score -inf (its words, if any, evenly spread times and confidence
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 
 import torch
 
@@ -33,6 +32,7 @@ from srupp_asr.decoding.rescoring import attention_scores, lm_scores, rescore
 from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer, LMScorer, Scorer
 from srupp_asr.lm import SRUppLM
 from srupp_asr.model import ASRModel, collapse_ctc_paths
+from srupp_asr.threads import one_thread
 from srupp_asr.tokenizer import Tokenizer
 
 
@@ -135,7 +135,7 @@ def _search(
         max_lengths = (options.maxlen_ratio * enc_lens.float()).long().clamp(min=1)
     else:
         max_lengths = enc_lens
-    with _one_cpu_thread(enc.device):
+    with one_thread() if enc.device.type == "cpu" else contextlib.nullcontext():
         return beam_search(
             scorers,
             enc.shape[0],
@@ -146,20 +146,3 @@ def _search(
             options.length_penalty,
             enc.device,
         )
-
-
-@contextlib.contextmanager
-def _one_cpu_thread(device: torch.device) -> Iterator[None]:
-    """On CPU, torch on one thread for the label-synchronous search: its operations are small (a few hundred rows
-    of a few hundred numbers), far too small to gain from threads, and each parallel operation waits for every
-    thread of the pool; where other processes share the cores, that wait is a scheduler time slice per operation
-    (measured: 0.59 s per decoder step on 2 threads against 0.026 s on one, on 2 cores that other jobs used)."""
-    if device.type != "cpu" or torch.get_num_threads() == 1:
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)

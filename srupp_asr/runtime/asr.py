@@ -28,7 +28,7 @@ CONV_LAYERS: dict[int, tuple[tuple[int, int], ...]] = {
     8: ((3, 2), (3, 2), (3, 2)),
 }
 INFERENCE_BLOCK_FRAMES = 256  # output frames per block (~10 s at x4), as the torch subsampling's CPU inference
-# ASRModel's arguments and their defaults.
+# ASRModel's arguments and their defaults (those of the decoder, the losses and the augmentation not read here).
 MODEL_DEFAULTS: dict[str, Any] = {
     "vocab_size": None,
     "n_mels": 80,

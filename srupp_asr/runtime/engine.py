@@ -15,9 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from srupp_asr.runtime.asr import AcousticModel
-from srupp_asr.runtime.lm import SRUppLM
-from srupp_asr.runtime.search import CTCPrefixScorer, beam_search
 
 from srupp_asr.decoding.alignment import align_hypothesis
 from srupp_asr.decoding.options import DecodingOptions, Hypothesis, unmet_needs
@@ -32,10 +29,14 @@ from srupp_asr.model_files import (
     weight_files,
 )
 from srupp_asr.runtime import features
+from srupp_asr.runtime.asr import AcousticModel
 from srupp_asr.runtime.decoder import TransformerDecoder
 from srupp_asr.runtime.files import Unsupported, read_arrays
+from srupp_asr.runtime.lm import SRUppLM
 from srupp_asr.runtime.ops import Weights, WeightsError
 from srupp_asr.runtime.scorers import DecoderScorer, LMScorer
+from srupp_asr.runtime.search import CTCPrefixScorer, beam_search
+from srupp_asr.threads import one_thread
 from srupp_asr.tokenizer import Tokenizer
 
 __all__ = ["NumpyASR", "Unsupported", "load_numpy_lm"]
@@ -159,9 +160,10 @@ class NumpyASR:
             max_lengths = np.maximum((options.maxlen_ratio * enc_lens.astype(np.float32)).astype(np.int64), 1)
         else:
             max_lengths = enc_lens.astype(np.int64)
-        return beam_search(
-            scorers, enc.shape[0], max_lengths, self.vocab_size, options.beam, options.nbest, options.length_penalty
-        )
+        with one_thread():
+            return beam_search(
+                scorers, enc.shape[0], max_lengths, self.vocab_size, options.beam, options.nbest, options.length_penalty
+            )
 
 
 def _collapse(path: np.ndarray) -> list[int]:

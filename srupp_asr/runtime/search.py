@@ -268,6 +268,21 @@ def _libstdcxx_topk(keys: list[int], k: int) -> list[int]:
     return q[:k]
 
 
+def _logaddexp(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, scratch: np.ndarray | None = None):
+    """``torch.logaddexp``: ``max + log1p(exp(min - max))``, several times faster than ``np.logaddexp`` (a scalar
+    loop): every step is a vectorised ufunc. Where both are the same infinity (``min - max`` NaN), ``fmax`` gives
+    ``max``; elsewhere the sum is at least ``max``. ``out`` and ``scratch`` (``(2, *a.shape)``) spare the
+    allocations in a loop."""
+    big, small = np.empty((2, *a.shape), dtype=a.dtype) if scratch is None else scratch
+    np.maximum(a, b, out=big)
+    np.minimum(a, b, out=small)
+    small -= big
+    np.exp(small, out=small)
+    np.log1p(small, out=small)
+    small += big
+    return np.fmax(small, big, out=out)
+
+
 def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
     """``torch.logsumexp``: shifted by the largest value (by 0 where that is infinite), -inf over no mass."""
     peak = x.max(axis, keepdims=True)
@@ -312,11 +327,14 @@ class CTCPrefixScorer:
             raise ValueError(f"window_threshold must be > 0, got {window_threshold}")
         self.eos, self.T, self.threshold = eos, T, float(window_threshold)
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.log_probs = np.ascontiguousarray(log_probs, dtype=np.float32)
-        # The blank's cumulative log-probabilities (index t: the sum over frames before t) in float64, as torch's
-        # float32 cumsum accumulates on CPU; a token's are summed when needed (_end_scores).
-        blank = self.log_probs[:, :, BLANK_ID].astype(np.float64).cumsum(1)
-        self.blank_cumulative = np.pad(blank, ((0, 0), (1, 0)))
+        # (B, V, T): a token's frames are contiguous, so that gathering the candidates' frames copies runs of them.
+        self.log_probs = np.ascontiguousarray(np.asarray(log_probs, dtype=np.float32).transpose(0, 2, 1))
+        # Cumulative log-probabilities over frames (index t: the sum over frames before t) in float64, as torch's
+        # float32 cumsum accumulates on CPU: each utterance's blank's now, a token's when first needed (np.zeros
+        # leaves the pages of the others untouched, so they take no memory).
+        self.cumulative = np.zeros((self.log_probs.shape[0], self.log_probs.shape[1], T + 1))
+        self.summed = np.zeros(self.log_probs.shape[:2], dtype=bool)
+        self._cumulative(np.arange(self.log_probs.shape[0]), np.full(self.log_probs.shape[0], BLANK_ID))
         #: frames computed by the last score() (one per frame, however many hypotheses): for tests and benchmarks
         self.frames_computed = 0
 
@@ -324,7 +342,7 @@ class CTCPrefixScorer:
         """The bare prefix: all-blank paths, prefix probability 1 (windowed like any prefix)."""
         N = utterances.shape[0]
         r = np.full((self.T + 1, 2, N), NEG_INF, dtype=np.float32)
-        r[:, 1] = self.blank_cumulative[utterances].T
+        r[:, 1] = self.cumulative[utterances, BLANK_ID].T
         past_end = np.arange(self.T + 1)[:, None] > self.lengths[utterances][None, :]
         r[:, 1][past_end] = NEG_INF
         with np.errstate(invalid="ignore"):
@@ -332,13 +350,22 @@ class CTCPrefixScorer:
         last = np.full(N, -1, dtype=np.int64)
         return _CTCState(utterances, r[..., 0], lo, np.zeros(N, dtype=np.float32), last)
 
+    def _cumulative(self, utterances: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """The cumulative log-probabilities ``(N, T + 1)`` of each row's utterance and token."""
+        todo = ~self.summed[utterances, tokens]
+        if todo.any():
+            u, c = utterances[todo], tokens[todo]
+            self.cumulative[u, c, 1:] = np.cumsum(self.log_probs[u, c], axis=1, dtype=np.float64)
+            self.summed[u, c] = True
+        return self.cumulative[utterances, tokens]
+
     def _window(self, r: np.ndarray, lo: int, peak: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """``r`` ``(F, 2, N, K)`` (index ``lo`` first) with each column's frames outside its window set to -inf,
         cut to the union of the windows; and the index of its first row."""
         F = r.shape[0]
         if self.threshold == float("inf") or F == 0:
             return r, lo
-        mass = np.logaddexp(r[:, 0], r[:, 1])  # (F, N, K)
+        mass = _logaddexp(r[:, 0], r[:, 1])  # (F, N, K)
         if peak is None:
             peak = mass.max(0)
         keep = (mass >= (peak - self.threshold)[None]) & (peak > NEG_INF)[None]
@@ -367,55 +394,49 @@ class CTCPrefixScorer:
         lo, hi = state.lo, state.lo + state.r.shape[0]
         start = max(ys.shape[1] - 1, lo)
         stop = min(hi, T)
-        if start < stop:
-            r_n, r_b = state.r[start - lo : stop - lo, 0], state.r[start - lo : stop - lo, 1]
-            same = (candidates == state.last[:, None])[None]
-            phi = np.where(same, r_b[:, :, None], np.logaddexp(r_n, r_b)[:, :, None])  # phi_{t-1}: (F, N, K)
-        blocks, psi_parts = [], []
-        # Frame t's row of z holds (phi_{t-1}, r_{t-1}^n(h), r_{t-1}^b(h)): both recursions are one log-add-exp of
-        # two overlapping slices, (r^n, r^b)_t = logaddexp((r^n, r^b)_{t-1}, (phi, r^n)_{t-1}) + x_t.
-        carry = np.full((2, N, K), NEG_INF, dtype=np.float32)
         peak = np.full((N, K), NEG_INF, dtype=np.float32)
-        lp = self.log_probs
-        rows = utt[None, :, None]
+        psi = np.full((N, K), NEG_INF, dtype=np.float32)
         t = start
-        while t < T and start < stop:
-            end = min(max(stop, t + WINDOW_BLOCK), T) if t < stop else min(t + WINDOW_BLOCK, T)
-            F = end - t
-            frames = np.arange(t, end)
-            both_x = np.empty((F, 2, N, K), dtype=np.float32)
-            both_x[:, 0] = lp[rows, frames[:, None, None], candidates[None]]
-            both_x[:, 1] = lp[utt[None, :], frames[:, None], BLANK_ID][:, :, None]
-            z = np.full((F + 1, 3, N, K), NEG_INF, dtype=np.float32)
-            z[0, 1:] = carry
-            F_phi = max(0, min(stop, end) - t)
-            if F_phi:
-                z[:F_phi, 0] = phi[t - start : t - start + F_phi]
-            for i in range(F):
-                out = z[i + 1, 1:]
-                np.logaddexp(z[i, 1:], z[i, :2], out=out)
-                out += both_x[i]
-            past_end = frames[:, None] >= lengths[None, :]  # (F, N)
-            if F_phi:
-                part = z[:F_phi, 0] + both_x[:F_phi, 0]
-                part[past_end[:F_phi]] = NEG_INF
-                psi_parts.append(part)
-            r = z[1:, 1:]
-            r[past_end[:, None, :].repeat(2, 1)] = NEG_INF  # indices t+1..end
-            blocks.append(r)
-            carry = z[-1, 1:]
-            mass = np.logaddexp(r[:, 0], r[:, 1])
-            np.maximum(peak, mass.max(0), out=peak)
-            t = end
-            # Past g's window the forward variables only fall: done once every column is below its threshold.
-            alive = (mass[-1] >= peak - self.threshold) & (peak > NEG_INF)
-            if t >= stop and self.threshold != float("inf") and not alive.any():
-                break
+        if start < stop:  # (else g's window ended before h could start: h is impossible)
+            # Row j of z holds (phi_{t-1}, r_{t-1}^n(h), r_{t-1}^b(h)) at index t = start + j: both recursions are
+            # one log-add-exp of two overlapping slices, (r^n, r^b)_t = logaddexp((r^n, r^b)_{t-1}, (phi,
+            # r^n)_{t-1}) + x_t. Rows are filled block by block, as far as the windows go.
+            z = np.empty((T - start + 1, 3, N, K), dtype=np.float32)
+            x = np.empty((T - start, 2, N, K), dtype=np.float32)  # x_t(c), x_t(blank) at frame t = start + j
+            F_phi = stop - start
+            r_n, r_b = state.r[start - lo : stop - lo, 0], state.r[start - lo : stop - lo, 1]
+            np.copyto(z[:F_phi, 0], _logaddexp(r_n, r_b)[:, :, None])
+            np.copyto(z[:F_phi, 0], r_b[:, :, None], where=(candidates == state.last[:, None])[None])
+            z[0, 1:] = NEG_INF  # h not emitted yet
+            scratch = np.empty((2, 2, N, K), dtype=np.float32)
+            lp = self.log_probs
+            while t < T:
+                end = min(max(stop, t + WINDOW_BLOCK), T)
+                a, b = t - start, end - start
+                z[max(a + 1, F_phi) : b + 1, 0] = NEG_INF  # phi past g's window
+                x[a:b, 0] = lp[utt[:, None], candidates, t:end].transpose(2, 0, 1)
+                x[a:b, 1] = lp[utt, BLANK_ID, t:end].T[:, :, None]
+                for i in range(a, b):
+                    out = z[i + 1, 1:]
+                    _logaddexp(z[i, 1:], z[i, :2], out, scratch)
+                    out += x[i]
+                past_end = np.arange(t, end)[:, None] >= lengths[None, :]  # (F, N)
+                if past_end.any():  # (frames past an utterance's end are never read unmasked: masked in place)
+                    z[a + 1 : b + 1, 1:][past_end[:, None, :].repeat(2, 1)] = NEG_INF
+                mass = _logaddexp(z[a + 1 : b + 1, 1], z[a + 1 : b + 1, 2])
+                np.maximum(peak, mass.max(0), out=peak)
+                t = end
+                # Past g's window the forward variables only fall: done once every column is below its threshold.
+                alive = (mass[-1] >= peak - self.threshold) & (peak > NEG_INF)
+                if t >= stop and self.threshold != float("inf") and not alive.any():
+                    break
+            part = z[:F_phi, 0] + x[:F_phi, 0]
+            part[np.arange(start, stop)[:, None] >= lengths[None, :]] = NEG_INF
+            psi = _logsumexp(part, 0)
         self.frames_computed = t - start
-        psi = _logsumexp(np.concatenate(psi_parts), 0) if psi_parts else np.full((N, K), NEG_INF, dtype=np.float32)
         psi = np.where(candidates == self.eos, self._end_scores(state, lengths)[:, None], psi)
         delta = np.where(state.psi[:, None] > NEG_INF, psi - state.psi[:, None], np.float32(NEG_INF))
-        r = np.concatenate(blocks) if blocks else np.full((0, 2, N, K), NEG_INF, dtype=np.float32)
+        r = z[1 : t - start + 1, 1:].copy() if t > start else np.full((0, 2, N, K), NEG_INF, dtype=np.float32)
         return delta, _CTCPending(candidates, r, start + 1, peak, psi)
 
     def _end_scores(self, state: _CTCState, lengths: np.ndarray) -> np.ndarray:
@@ -427,7 +448,7 @@ class CTCPrefixScorer:
         if F == 0:
             return np.full(N, NEG_INF, dtype=np.float32)
         rows = np.arange(N)
-        mass = np.logaddexp(state.r[:, 0], state.r[:, 1])  # (F, N)
+        mass = _logaddexp(state.r[:, 0], state.r[:, 1])  # (F, N)
         last = np.where(mass > NEG_INF, np.arange(F)[:, None], -1).max(0)  # each row's last frame in its window
         offset = lengths - state.lo
         inside = (offset >= 0) & (offset <= last)
@@ -437,18 +458,18 @@ class CTCPrefixScorer:
         n_e = state.r[last.clip(min=0), 0, rows].astype(np.float64)
         b_e = state.r[last.clip(min=0), 1, rows].astype(np.float64)
         token = np.where(state.last >= 0, state.last, BLANK_ID)
-        x_c = self.log_probs[state.utterances[:, None], np.arange(self.T)[None, :], token[:, None]]
-        cum_c = np.pad(x_c.astype(np.float64).cumsum(1), ((0, 0), (1, 0)))  # (N, T + 1)
-        cum_b = self.blank_cumulative[state.utterances]
-        s = np.arange(self.T + 1)[None, :]
+        cum_c = self._cumulative(state.utterances, token)
+        cum_b = self.cumulative[state.utterances, BLANK_ID]
+        s0, s1 = int(e.min()), max(int(lengths.max()), int(e.min()) + 1)  # the frames any row switches at
+        s = np.arange(s0, s1)[None, :]
         outside = (s < e[:, None]) | (s >= lengths[:, None])
-        switch = _logsumexp(np.where(outside, NEG_INF, cum_c - cum_b), 1)
+        switch = _logsumexp(np.where(outside, NEG_INF, cum_c[:, s0:s1] - cum_b[:, s0:s1]), 1)
         stay = n_e + cum_c[rows, lengths] - cum_c[rows, e]
-        blank = np.logaddexp(
+        blank = _logaddexp(
             b_e + cum_b[rows, lengths] - cum_b[rows, e], n_e - cum_c[rows, e] + cum_b[rows, lengths] + switch
         )
         # (After a -inf log-probability, a broken model's, differences of sums are NaN: counted as impossible.)
-        carried = np.logaddexp(stay, blank)
+        carried = _logaddexp(stay, blank)
         carried = np.where(np.isnan(carried), NEG_INF, carried).astype(np.float32)
         carried = np.where((last >= 0) & (offset > last), carried, np.float32(NEG_INF))
         return np.where(inside, direct, carried)

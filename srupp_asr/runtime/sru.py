@@ -14,8 +14,9 @@ step (mask False) keeps ``c`` and emits ``h = 0``.
 The recurrence is a Python loop over time, so each step is kept to a few whole-array operations: the gates' input
 parts of every step are computed before the loop, in a layout where step ``t`` of both directions (the backward
 half at ``L-1-t``) is one contiguous block; ``sigmoid(a) = (1 + tanh(a / 2)) / 2`` with the halving folded into
-the weights; a padded step is made a no-op in the precomputed gates (``f = 1``, candidate 0), and its ``h`` zeroed
-after the loop.
+the weights; a padded step is made a no-op in the precomputed gates (``f = 1``, candidate 0). The outputs ``h`` are
+computed :data:`HIGHWAY_STEPS` steps at a time, while those steps' ``c`` and ``r`` are in the cache; a padded step's
+is zeroed at the end.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from srupp_asr.checks import ConfigValueError, check_divides, check_even_size, check_int, check_keywords, check_size
 from srupp_asr.runtime.ops import Weights, attention, layer_norm, linear, mask_bias
 
+HIGHWAY_STEPS = 16  # steps of the recurrence between computing their outputs h (a chunk that stays in the cache)
 # The torch encoder's options that only training reads: dropout, and highway_bias (a bias's initial value).
 TRAINING_OPTIONS = frozenset({"dropout", "attn_dropout", "highway_bias"})
 
@@ -138,7 +140,7 @@ class SRUppLayer:
         nd, hd = self.dirs, D // self.dirs
         # u[gate, t, b, direction]: step t of the backward direction is time L-1-t.
         u = np.empty((3, L, B, nd, hd), np.float32)
-        rows = [y.reshape(L * B, -1), y[::-1].reshape(L * B, -1)][:nd]  # each direction's inputs in its order
+        rows = [y.reshape(L * B, -1)] + ([y[::-1].reshape(L * B, -1)] if nd == 2 else [])  # in each direction's order
         for k in range(3):
             for s in range(nd):
                 np.matmul(rows[s], self.wo[k][s], out=u[k, :, :, s].reshape(L * B, hd))
@@ -149,6 +151,7 @@ class SRUppLayer:
         c = np.zeros((B, nd, hd), np.float32) if c is None else c.reshape(B, nd, hd)
         product = np.empty((2, B, nd, hd), np.float32)
         tmp = np.empty((B, nd, hd), np.float32)
+        h = np.empty_like(x)
         for t in range(L):  # in place: u[0, t], u[1, t] become f and r, u[2, t] becomes c[t]
             gates, c_new = u[:2, t], u[2, t]
             np.multiply(self.wc, c, out=product)
@@ -161,15 +164,10 @@ class SRUppLayer:
             tmp *= gates[0]
             c_new += tmp
             c = c_new
-        h = np.empty_like(x)
-        for s in range(nd):  # h = x + r * (c - x)
-            cols = slice(s * hd, (s + 1) * hd)
-            xs, hs = (x[:, :, cols], h[:, :, cols]) if s == 0 else (x[::-1, :, cols], h[::-1, :, cols])
-            np.subtract(u[2, :, :, s], xs, out=hs)
-            hs *= u[1, :, :, s]
-            hs += xs
+            if (t + 1) % HIGHWAY_STEPS == 0 or t == L - 1:  # while the chunk's c and r are in the cache
+                _highway(u, x, h, t - t % HIGHWAY_STEPS, t + 1)
         if mask is not None:
-            h *= mask[..., None]
+            h[~mask] = 0.0
         return h, c.reshape(B, D)
 
     def step(self, x: np.ndarray, state: LayerState | None = None) -> tuple[np.ndarray, LayerState]:
@@ -188,6 +186,19 @@ class SRUppLayer:
             q = q + self.alpha * attention(q.reshape(B, heads, 1, dh), keys, values).reshape(B, self.attn_dim)
         h, c = self._recurrence(layer_norm(q, *self.norm)[None], x[None], None, None if state is None else state.c)
         return h[0], LayerState(c, keys, values)
+
+
+def _highway(u: np.ndarray, x: np.ndarray, h: np.ndarray, start: int, stop: int) -> None:
+    """``h = x + r * (c - x)`` of steps ``[start, stop)`` from :meth:`SRUppLayer._recurrence`'s ``u`` (r in ``u[1]``,
+    c in ``u[2]``; the backward direction's step t is time L-1-t)."""
+    L, nd, hd = x.shape[0], u.shape[3], u.shape[4]
+    for s in range(nd):
+        cols = slice(s * hd, (s + 1) * hd)
+        times = slice(start, stop) if s == 0 else slice(L - 1 - start, L - 1 - stop if stop < L else None, -1)
+        xs, hs = x[times, :, cols], h[times, :, cols]
+        np.subtract(u[2, start:stop, :, s], xs, out=hs)
+        hs *= u[1, start:stop, :, s]
+        hs += xs
 
 
 def attention_layers(num_layers: int, attn_every: int) -> list[int]:
