@@ -59,11 +59,13 @@ class Weights:
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """``x @ weight.T + bias`` over the last axis (``weight`` ``(out, in)``, as torch stores it)."""
-    y = x @ weight.T
+    """``x @ weight.T + bias`` over the last axis (``weight`` ``(out, in)``, as torch stores it), as one matrix
+    product over all leading axes (numpy runs a 3-D input as a product per slice of its first axis: 4x slower for a
+    few rows each)."""
+    y = x.reshape(-1, x.shape[-1]) @ weight.T
     if bias is not None:
         y += bias
-    return y
+    return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = LAYER_NORM_EPS) -> np.ndarray:

@@ -53,12 +53,6 @@ class LayerState(NamedTuple):
         return LayerState(self.c[rows], self.keys, self.values, order)
 
 
-def _linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """:func:`~srupp_asr.runtime.ops.linear` as one matrix product over all leading axes (numpy would run a 3-D
-    input as a product per slice of its first axis, 4x slower for a few rows each)."""
-    return linear(x.reshape(-1, x.shape[-1]), weight, bias).reshape(*x.shape[:-1], weight.shape[0])
-
-
 def _extend(past: np.ndarray | None, order: np.ndarray | None, new: np.ndarray) -> np.ndarray:
     """Rows ``order`` of the cache ``past`` followed by ``new`` ``(B, heads, 1, d)``, in one copy
     (:func:`srupp_asr.kv_cache.extend`)."""
@@ -108,7 +102,7 @@ class SRUppLayer:
 
     def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """``x`` ``(L, B, D)``; ``mask`` ``(L, B)`` bool, True on real steps (None: none padded) -> ``h``."""
-        q = _linear(x, self.wq)
+        q = linear(x, self.wq)
         if self.attention:
             q = q + self.alpha * self._attend(q, self._attention_bias(mask, x.shape[0]))
         return self._recurrence(layer_norm(q, *self.norm), x, mask, None)[0]
@@ -128,7 +122,7 @@ class SRUppLayer:
         def split(t: np.ndarray) -> np.ndarray:  # (L, B, d') -> (B, heads, L, dh)
             return t.reshape(L, B, heads, dh).transpose(1, 2, 0, 3)
 
-        a = attention(split(q), split(_linear(q, self.wk)), split(_linear(q, self.wv)), bias)
+        a = attention(split(q), split(linear(q, self.wk)), split(linear(q, self.wv)), bias)
         return a.transpose(2, 0, 1, 3).reshape(L, B, self.attn_dim)
 
     def _recurrence(
@@ -265,7 +259,7 @@ class SRUppEncoder:
         return cls(weights, input_size, **options)
 
     def _project(self, x: np.ndarray) -> np.ndarray:
-        return x if self.input_proj is None else _linear(x, *self.input_proj)
+        return x if self.input_proj is None else linear(x, *self.input_proj)
 
     def forward(self, x: np.ndarray, lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``x`` ``(B, T, input_size)``, ``lengths`` ``(B,)`` valid frames -> ``(out (B, T, d_model), lengths)``,
