@@ -61,7 +61,7 @@ def add_engine_argument(p: argparse.ArgumentParser) -> None:
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu`` (without importing torch on a machine with no GPU
     driver); ``cuda`` without one is a UserError."""
-    if device == "auto" and not any(os.path.exists(path) for path in GPU_DEVICE_FILES):
+    if device == "cpu" or (device == "auto" and not any(os.path.exists(path) for path in GPU_DEVICE_FILES)):
         return "cpu"
     import torch
 
@@ -229,8 +229,6 @@ class LoadedModel:
         ``bfloat16`` where the device does it natively: :mod:`srupp_asr.compute_types`); a UserError naming the
         problem when it cannot be loaded. ``engine``: ``auto`` (the numpy runtime for float32 on the CPU where it
         runs the model, else torch), ``numpy`` (that runtime, or a UserError saying why not) or ``torch``."""
-        from srupp_asr.model_dir import load_model_dir
-
         if engine not in ENGINES:
             raise UserError(f"--engine {engine}: unknown engine (choose {', '.join(ENGINES)})")
         resolved = compute_device(compute_type, device)
@@ -249,6 +247,8 @@ class LoadedModel:
                 raise UserError(
                     f"--engine numpy: float32 on the CPU only, not {compute_type} on {resolved} (use --engine torch)"
                 )
+        from srupp_asr.model_dir import load_model_dir
+
         net, tokenizer = load_model_dir(model_dir, resolved, compute_type)
         ready_cpu_recurrence(net)
         return cls(net, tokenizer, str(model_dir), next(net.parameters()).device, compute_type)

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from srupp_asr.checks import ConfigValueError, check_choice, check_number, check_size, config_options
+from srupp_asr.runtime.features import apply_cmvn
 from srupp_asr.runtime.ops import Weights, linear, log_softmax
 from srupp_asr.runtime.sru import SRUppEncoder
 
@@ -159,6 +160,15 @@ class AcousticModel:
         return cls(cmvn, subsampling, encoder, ctc)
 
     @property
+    def output_size(self) -> int:
+        """The width of the encoder output (what the CTC head and the decoder's cross-attention take)."""
+        return self.encoder.output_size
+
+    @property
+    def has_ctc(self) -> bool:
+        return self.ctc is not None
+
+    @property
     def frame_shift(self) -> float:
         """Seconds per encoder frame: the features' 10 ms times the subsampling factor (0.04 s at x4)."""
         return FEATURE_SHIFT * self.subsampling.factor
@@ -168,10 +178,7 @@ class AcousticModel:
         output, (B,) int64 frame counts)``, T' >= 1 (:meth:`srupp_asr.model.ASRModel.encode` in inference)."""
         feats = np.asarray(feats, dtype=np.float32)
         frame_lengths = np.asarray(frame_lengths, dtype=np.int64)
-        valid = np.arange(feats.shape[1]) < frame_lengths[:, None]
-        mean, istd = self.cmvn
-        x = (feats - mean) * istd
-        x[~valid] = 0.0
+        x = apply_cmvn(feats, frame_lengths, *self.cmvn)
         # A batch too short for one output frame is padded up to one that every length excludes, as ASRModel does.
         span, _ = receptive_field(self.subsampling.factor)
         if x.shape[1] < span:
