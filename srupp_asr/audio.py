@@ -105,7 +105,9 @@ def _as_array(samples: object) -> np.ndarray:
     here (a caller holding a tensor has imported it)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(samples, torch.Tensor):
-        return samples.detach().cpu().float().numpy()
+        tensor = samples.detach().cpu()
+        # integer samples keep their type (SamplesReader scales them); bfloat16, which numpy lacks, becomes float32
+        return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
     return np.asarray(samples)
 
 

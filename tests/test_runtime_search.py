@@ -85,7 +85,8 @@ def test_runtime_search_imports_no_torch() -> None:
 
 def test_constants_are_the_torch_ones() -> None:
     assert runtime.PRE_BEAM_RATIO == torch_search.PRE_BEAM_RATIO
-    assert (runtime.WINDOW_THRESHOLD, runtime.WINDOW_BLOCK) == (torch_scorers.WINDOW_THRESHOLD, torch_scorers.WINDOW_BLOCK)
+    assert runtime.WINDOW_THRESHOLD == torch_scorers.WINDOW_THRESHOLD
+    assert runtime.WINDOW_BLOCK == torch_scorers.WINDOW_BLOCK
     assert (runtime.BLANK_ID, runtime.SOS_EOS_ID) == (torch_scorers.BLANK_ID, torch_scorers.SOS_EOS_ID)
 
 
