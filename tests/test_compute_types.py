@@ -14,6 +14,7 @@ import srupp_asr.sru
 from srupp_asr.compute_types import apply_compute_type, check_compute_type
 from srupp_asr.errors import UserError
 from srupp_asr.loading import compute_device
+from srupp_asr.runtime.engine import NumpyASR
 from tests.helpers import seeded_model, write_tone
 
 PER_CHANNEL_SYMMETRIC = torch.per_channel_symmetric
@@ -110,7 +111,9 @@ def test_the_python_api_and_transcribe_load_int8_when_asked(model_dir, tmp_path)
     loaded = srupp_asr.load_model(model_dir, device="cpu", compute_type="int8")
     assert not _linears(loaded.net)
     assert not _linears(srupp_asr.load_model(model_dir, device="auto", compute_type="int8").net)
-    assert _linears(srupp_asr.load_model(model_dir, device="cpu").net)  # float32 by default
+    # float32 by default: on the CPU the numpy runtime's network, the torch one (all Linear layers kept) when asked
+    assert isinstance(srupp_asr.load_model(model_dir, device="cpu").net, NumpyASR)
+    assert _linears(srupp_asr.load_model(model_dir, device="cpu", engine="torch").net)
     with pytest.raises(TypeError, match="'compute_type'"):
         loaded.transcribe(write_tone(tmp_path / "tone.wav", 0.5), compute_type="float32")
 
@@ -119,19 +122,20 @@ def test_the_command_line_passes_compute_type_to_the_loader(model_dir, tmp_path,
     from srupp_asr.cli import main
     from srupp_asr.loading import LoadedModel
 
-    asked: list[str] = []
+    asked: list[tuple[str, str]] = []
     load = LoadedModel.load.__func__
 
-    def spy(cls, name_or_dir=None, device="auto", compute_type="float32"):
-        asked.append(compute_type)
-        return load(cls, name_or_dir, device, compute_type)
+    def spy(cls, name_or_dir=None, device="auto", compute_type="float32", engine="auto"):
+        asked.append((compute_type, engine))
+        return load(cls, name_or_dir, device, compute_type, engine)
 
     monkeypatch.setattr(LoadedModel, "load", classmethod(spy))
     wav = write_tone(tmp_path / "tone.wav", 0.5)
     for flag in ("--compute-type", "--compute_type"):
         assert main(["transcribe", str(wav), "--model", str(model_dir), "--no-lm", "-q", flag, "int8"]) == 0
     assert main(["transcribe", str(wav), "--model", str(model_dir), "--no-lm", "-q"]) == 0
-    assert asked == ["int8", "int8", "float32"]
+    assert main(["transcribe", str(wav), "--model", str(model_dir), "--no-lm", "-q", "--engine", "torch"]) == 0
+    assert asked == [("int8", "auto"), ("int8", "auto"), ("float32", "auto"), ("float32", "torch")]
     with pytest.raises(SystemExit) as refused:
         main(["transcribe", str(wav), "--compute_type", "float16"])
     assert refused.value.code == 2
@@ -236,13 +240,14 @@ def test_the_python_api_and_the_command_line_load_bfloat16_when_asked(model_dir,
 
     loaded = srupp_asr.load_model(model_dir, device="cpu", compute_type="bfloat16")
     assert loaded.net.encoder_autocast == torch.bfloat16 and _linears(loaded.net)
-    assert srupp_asr.load_model(model_dir, device="cpu").net.encoder_autocast is None
-    autocasts: list[torch.dtype | None] = []
+    assert srupp_asr.load_model(model_dir, device="cpu", engine="torch").net.encoder_autocast is None
+    autocasts: list[torch.dtype | str | None] = []
     load = LoadedModel.load.__func__
 
-    def spy(cls, name_or_dir=None, device="auto", compute_type="float32"):
-        model = load(cls, name_or_dir, device, compute_type)
-        autocasts.append(model.net.encoder_autocast)
+    def spy(cls, name_or_dir=None, device="auto", compute_type="float32", engine="auto"):
+        model = load(cls, name_or_dir, device, compute_type, engine)
+        # float32 on the CPU: the numpy runtime's network (no autocast) unless torch is asked for
+        autocasts.append("numpy" if isinstance(model.net, NumpyASR) else model.net.encoder_autocast)
         return model
 
     monkeypatch.setattr(LoadedModel, "load", classmethod(spy))
@@ -250,5 +255,6 @@ def test_the_python_api_and_the_command_line_load_bfloat16_when_asked(model_dir,
     args = ["transcribe", str(wav), "--model", str(model_dir), "--no-lm", "-q", "-o", str(tmp_path / "out")]
     assert main([*args, "--compute-type", "bfloat16"]) == 0
     assert main(args) == 0
-    assert autocasts == [torch.bfloat16, None]
+    assert main([*args, "--engine", "torch"]) == 0
+    assert autocasts == [torch.bfloat16, "numpy", None]
     assert (tmp_path / "out" / "tone.txt").is_file()

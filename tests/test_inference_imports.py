@@ -43,6 +43,22 @@ assert main(["transcribe", {str(wav)!r}, "--device", "cpu", "--decoding", "ctc_g
     assert _loaded_after(code, heavy=(*HEAVY, *BUILD_TOOLS)) == []
 
 
+def test_transcribing_on_the_cpu_with_the_defaults_imports_no_torch(tmp_path):
+    """float32 on the CPU runs on the numpy runtime (srupp_asr.runtime): joint decoding with the LM, word times,
+    the API and the command, and torch is never imported (it alone holds 0.49 GB)."""
+    wav = tmp_path / "tone.wav"
+    code = f"""
+import numpy as np, soundfile as sf
+import srupp_asr
+from srupp_asr.cli import main
+sf.write({str(wav)!r}, 0.1 * np.sin(np.arange(30000) / 5.0), 22050)
+model = srupp_asr.load_model()
+model.transcribe(0.1 * np.sin(np.arange(8000, dtype=np.float32) / 5.0), sample_rate=16000)
+assert main(["transcribe", {str(wav)!r}, "-f", "all", "-o", {str(tmp_path)!r}]) == 0
+"""
+    assert _loaded_after(code, heavy=(*HEAVY, "torch", "torchaudio")) == []
+
+
 def test_evaluate_decodes_without_lightning(tmp_path):
     """evaluate reads a lhotse manifest and draws plots (lhotse and matplotlib are its own), but its model loading
     and decoding are transcribe's: no Lightning."""

@@ -268,7 +268,9 @@ def _libstdcxx_topk(keys: list[int], k: int) -> list[int]:
     return q[:k]
 
 
-def _logaddexp(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, scratch: np.ndarray | None = None):
+def _logaddexp(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, scratch: np.ndarray | None = None
+) -> np.ndarray:
     """``torch.logaddexp``: ``max + log1p(exp(min - max))``, several times faster than ``np.logaddexp`` (a scalar
     loop): every step is a vectorised ufunc. Where both are the same infinity (``min - max`` NaN), ``fmax`` gives
     ``max``; elsewhere the sum is at least ``max``. ``out`` and ``scratch`` (``(2, *a.shape)``) spare the
@@ -333,7 +335,7 @@ class CTCPrefixScorer:
         # float32 cumsum accumulates on CPU: each utterance's blank's now, a token's when first needed (np.zeros
         # leaves the pages of the others untouched, so they take no memory).
         self.cumulative = np.zeros((self.log_probs.shape[0], self.log_probs.shape[1], T + 1))
-        self.summed = np.zeros(self.log_probs.shape[:2], dtype=bool)
+        self._summed = np.zeros(self.log_probs.shape[:2], dtype=bool)
         self._cumulative(np.arange(self.log_probs.shape[0]), np.full(self.log_probs.shape[0], BLANK_ID))
         #: frames computed by the last score() (one per frame, however many hypotheses): for tests and benchmarks
         self.frames_computed = 0
@@ -352,11 +354,11 @@ class CTCPrefixScorer:
 
     def _cumulative(self, utterances: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """The cumulative log-probabilities ``(N, T + 1)`` of each row's utterance and token."""
-        todo = ~self.summed[utterances, tokens]
+        todo = ~self._summed[utterances, tokens]
         if todo.any():
             u, c = utterances[todo], tokens[todo]
             self.cumulative[u, c, 1:] = np.cumsum(self.log_probs[u, c], axis=1, dtype=np.float64)
-            self.summed[u, c] = True
+            self._summed[u, c] = True
         return self.cumulative[utterances, tokens]
 
     def _window(self, r: np.ndarray, lo: int, peak: np.ndarray | None = None) -> tuple[np.ndarray, int]:
@@ -403,6 +405,7 @@ class CTCPrefixScorer:
             # r^n)_{t-1}) + x_t. Rows are filled block by block, as far as the windows go.
             z = np.empty((T - start + 1, 3, N, K), dtype=np.float32)
             x = np.empty((T - start, 2, N, K), dtype=np.float32)  # x_t(c), x_t(blank) at frame t = start + j
+            mass = np.empty((T - start + 1, N, K), dtype=np.float32)  # log(r^n + r^b) of row j
             F_phi = stop - start
             r_n, r_b = state.r[start - lo : stop - lo, 0], state.r[start - lo : stop - lo, 1]
             np.copyto(z[:F_phi, 0], _logaddexp(r_n, r_b)[:, :, None])
@@ -419,15 +422,17 @@ class CTCPrefixScorer:
                 for i in range(a, b):
                     out = z[i + 1, 1:]
                     _logaddexp(z[i, 1:], z[i, :2], out, scratch)
+                    mass[i] = out[1]  # r^b's log-add-exp is row i's mass
                     out += x[i]
+                _logaddexp(z[b, 1], z[b, 2], mass[b], scratch[0])
                 past_end = np.arange(t, end)[:, None] >= lengths[None, :]  # (F, N)
                 if past_end.any():  # (frames past an utterance's end are never read unmasked: masked in place)
                     z[a + 1 : b + 1, 1:][past_end[:, None, :].repeat(2, 1)] = NEG_INF
-                mass = _logaddexp(z[a + 1 : b + 1, 1], z[a + 1 : b + 1, 2])
-                np.maximum(peak, mass.max(0), out=peak)
+                    mass[a + 1 : b + 1][past_end] = NEG_INF
+                np.maximum(peak, mass[a + 1 : b + 1].max(0), out=peak)
                 t = end
                 # Past g's window the forward variables only fall: done once every column is below its threshold.
-                alive = (mass[-1] >= peak - self.threshold) & (peak > NEG_INF)
+                alive = (mass[b] >= peak - self.threshold) & (peak > NEG_INF)
                 if t >= stop and self.threshold != float("inf") and not alive.any():
                     break
             part = z[:F_phi, 0] + x[:F_phi, 0]
