@@ -79,11 +79,12 @@ def test_decoded_samples_match_the_source(speech, encoded, name, container, code
     reference = load_audio_array(*speech)
     with AudioReader(path) as reader:
         assert (reader.file_rate, reader.channels) == (rate, channels)
-        wav = reader.read(0, reader.num_samples).numpy()
+        wav = reader.read(0, reader.num_samples)
+        assert wav.dtype == np.float32 and wav.ndim == 1
         # a stretch read alone is that stretch of the whole (the reader's contract, as for libsndfile files)
-        middle = reader.read(10_000, 20_000).numpy()
+        middle = reader.read(10_000, 20_000)
     np.testing.assert_allclose(middle, wav[10_000:20_000], atol=1e-6, rtol=0)  # as tests/test_audio.py
-    assert np.array_equal(load_audio(path).numpy(), wav)
+    assert np.array_equal(load_audio(path), wav)
     # encoders add priming and padding (raw AAC keeps its 128 ms priming): at most 0.15 s more, never less
     assert len(reference) - 0.01 * SAMPLE_RATE <= len(wav) <= len(reference) + 0.15 * SAMPLE_RATE
     assert _best_correlation(wav, reference, max_lag=int(0.15 * SAMPLE_RATE)) > 0.95
@@ -92,7 +93,7 @@ def test_decoded_samples_match_the_source(speech, encoded, name, container, code
 def load_audio_array(samples: np.ndarray, rate: int) -> np.ndarray:
     from srupp_asr.audio import prepare_waveform
 
-    return prepare_waveform(samples, rate).numpy()
+    return prepare_waveform(samples, rate)
 
 
 def test_cut_files_and_non_audio_are_one_line_errors(encoded, tmp_path):
@@ -147,7 +148,7 @@ def test_directories_find_these_files_and_transcribe_reads_them(encoded, overfit
     heard = {}
     for name in ("utt.m4a", "utt.webm"):
         decoded = tmp_path / f"{name}.wav"
-        sf.write(decoded, load_audio(folder / name).numpy(), SAMPLE_RATE, subtype="FLOAT")
+        sf.write(decoded, load_audio(folder / name), SAMPLE_RATE, subtype="FLOAT")
         assert main([*argv, str(decoded)]) == 0
         heard[name] = capsys.readouterr().out.strip()
     assert heard["utt.webm"].split()[:3] == text.split()[:3]  # the decoding is not garbage

@@ -42,7 +42,7 @@ def overfit(overfit_model_dir: tuple[Path, list[tuple[Path, str]]]):
     """(model, tokenizer, padded audio, audio lengths, reference texts) of the overfit model's utterances."""
     model_dir, utterances = overfit_model_dir
     model, tokenizer = load_model_dir(model_dir)
-    waves = [load_audio(path) for path, _ in utterances]
+    waves = [torch.from_numpy(load_audio(path)) for path, _ in utterances]  # numpy arrays, for the torch model
     lens = torch.tensor([w.numel() for w in waves])
     audio = torch.zeros(len(waves), int(lens.max()))
     for i, w in enumerate(waves):

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile as sf
 import torch
@@ -28,6 +29,8 @@ from srupp_asr.decoding.batch import (
 )
 from srupp_asr.errors import UserError
 from srupp_asr.loading import LoadedModel
+from srupp_asr.runtime import features
+from srupp_asr.runtime.features import apply_cmvn
 
 GREEDY = DecodingOptions("ctc_greedy")
 
@@ -108,17 +111,24 @@ def test_chunks_start_on_the_models_frame_grid_in_a_pause_and_see_the_whole_reco
     assert silences == [] and grid == 640 and len(chunks) >= 3
     assert all(c.start % grid == 0 for c in chunks)
     assert heard.max() < chunks[1].start < audio.numel() + pause.numel() + heard.min()  # in the pause
-    net = loaded.net.eval()
+    acoustic = loaded.net.acoustic  # float32 on the CPU: the numpy runtime's network decodes the chunks
+    net = LoadedModel.load(overfit_model_dir[0], device="cpu", engine="torch").net  # and the torch one, if asked
 
-    def subsampled(samples: torch.Tensor) -> torch.Tensor:
-        feats, lens = net.fbank(samples[None], torch.tensor([samples.numel()]))
-        return net.subsampling(net.cmvn(feats, lens), lens)[0][0]
+    def subsampled_numpy(samples: torch.Tensor) -> torch.Tensor:
+        feats, lens = features.fbank(samples.numpy()[None], np.array([samples.numel()]))
+        return torch.from_numpy(acoustic.subsampling.forward(apply_cmvn(feats, lens, *acoustic.cmvn), lens)[0][0])
 
-    whole = subsampled(long)
-    for chunk in chunks[1:]:
-        part = subsampled(long[chunk.start : chunk.end])
-        offset = chunk.start // grid
-        torch.testing.assert_close(part[:-2], whole[offset : offset + len(part) - 2], rtol=1e-4, atol=1e-4)
+    def subsampled_torch(samples: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            feats, lens = net.fbank(samples[None], torch.tensor([samples.numel()]))
+            return net.subsampling(net.cmvn(feats, lens), lens)[0][0]
+
+    for subsampled in (subsampled_numpy, subsampled_torch):
+        whole = subsampled(long)
+        for chunk in chunks[1:]:
+            part = subsampled(long[chunk.start : chunk.end])
+            offset = chunk.start // grid
+            torch.testing.assert_close(part[:-2], whole[offset : offset + len(part) - 2], rtol=1e-4, atol=1e-4)
 
 
 def test_a_model_that_cannot_decode_as_asked_stops_everything(loaded, overfit_model_dir, monkeypatch):

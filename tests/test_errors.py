@@ -5,10 +5,12 @@ from __future__ import annotations
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
 from srupp_asr.errors import UserError, is_out_of_memory, out_of_memory_line
+from tests.helpers import write_tone
 
 
 @pytest.mark.parametrize(
@@ -38,15 +40,26 @@ def test_the_out_of_memory_line_names_the_work_the_cause_and_a_remedy():
     assert not isinstance(MemoryError(), UserError)  # not the user's input: exit 1, not 2
 
 
-def _limit_address_space() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (600 * 2**20, 600 * 2**20))  # too small to map libtorch
+def _limit_address_space(mib: int) -> Callable[[], None]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (mib * 2**20, mib * 2**20))
+
+    return limit
 
 
-def test_start_up_under_a_small_ulimit_v_is_one_line_saying_out_of_memory(tmp_path):
+@pytest.mark.parametrize(
+    ("engine", "mib"),
+    [
+        ("torch", 600),  # too small to map libtorch
+        ("auto", 200),  # float32 on the CPU: numpy, no torch; too small to load the built-in model
+    ],
+)
+def test_start_up_under_a_small_ulimit_v_is_one_line_saying_out_of_memory(tmp_path, engine, mib):
     """It was an ImportError traceback (libtorch_python.so: failed to map segment from shared object)."""
-    (tmp_path / "a.wav").write_bytes(b"RIFF")
-    argv = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "--device", "cpu", str(tmp_path / "a.wav")]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, preexec_fn=_limit_address_space)
+    wav = write_tone(tmp_path / "a.wav", 0.5)  # readable: the model is loaded
+    argv = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "--device", "cpu", "--engine", engine, str(wav)]
+    argv += ["-o", str(tmp_path / "out")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, preexec_fn=_limit_address_space(mib))
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith("srupp-asr transcribe: error: out of memory while running transcribe (")
     assert done.stderr.endswith("); free memory or raise the process's limit (ulimit -v)\n")

@@ -165,6 +165,11 @@ class AcousticModel:
         return self.encoder.output_size
 
     @property
+    def n_mels(self) -> int:
+        """The filterbank's mel bins the model takes (its CMVN's size)."""
+        return self.cmvn[0].shape[0]
+
+    @property
     def has_ctc(self) -> bool:
         return self.ctc is not None
 

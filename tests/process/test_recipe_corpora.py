@@ -57,7 +57,7 @@ def _speak(text: str, folder: Path, voice: str = "en-us") -> np.ndarray:
     """``text`` spoken by espeak-ng, as a 16 kHz float waveform."""
     wav = folder / "espeak.wav"
     subprocess.run([ESPEAK, "-v", voice, "-w", str(wav), text], check=True, capture_output=True, timeout=60)
-    return load_audio(wav).numpy()
+    return load_audio(wav)
 
 
 def _run(recipe: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
