@@ -8,7 +8,6 @@ come out as zeros (SpecAugment leaves them as they came).
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -20,14 +19,15 @@ from srupp_asr.audio import SAMPLE_RATE, prepare_waveform
 from srupp_asr.checks import check_int, check_number, check_size
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_write_text
-from srupp_asr.runtime.features import (
+from srupp_asr.runtime.features import (  # the framing shared with the numpy filterbank
     HOP_LENGTH,
-    LOW_FREQ,
     N_FFT,
     N_MELS,
     PREEMPHASIS,
     WAVEFORM_SCALE,
     WIN_LENGTH,
+    kaldi_mel_banks,
+    povey_window,
 )
 
 # The framing and mel constants live with the numpy filterbank (torch-free), which computes the same features.
@@ -41,31 +41,6 @@ def num_frames(num_samples: torch.Tensor) -> torch.Tensor:
     """Frames of a 25 ms / 10 ms framing with Kaldi's snip_edges=True: 1 + (S - 400) // 160, 0 when S < 400."""
     frames = torch.div(num_samples - WIN_LENGTH, HOP_LENGTH, rounding_mode="floor") + 1
     return frames.clamp_min(0)
-
-
-def kaldi_mel_banks(n_mels: int = N_MELS, sample_rate: int = SAMPLE_RATE, low_freq: float = LOW_FREQ) -> torch.Tensor:
-    """Kaldi's triangular mel filters as an (N_FFT // 2 + 1, n_mels) float32 matrix (the Nyquist row is zero)."""
-
-    def mel(freq: torch.Tensor | float) -> torch.Tensor:
-        return 1127.0 * torch.log1p(torch.as_tensor(freq, dtype=torch.float64) / 700.0)
-
-    mel_low, mel_high = mel(low_freq), mel(sample_rate / 2)
-    delta = (mel_high - mel_low) / (n_mels + 1)
-    left = mel_low + delta * torch.arange(n_mels, dtype=torch.float64)
-    center, right = left + delta, left + 2 * delta
-    # Kaldi weighs FFT bins 0 .. N_FFT/2 - 1 only; the Nyquist bin gets no weight.
-    bin_mel = mel(torch.arange(N_FFT // 2, dtype=torch.float64) * (sample_rate / N_FFT))[:, None]
-    rising = (bin_mel - left) / (center - left)
-    falling = (right - bin_mel) / (right - center)
-    weights = torch.where(bin_mel <= center, rising, falling)
-    weights = torch.where((bin_mel > left) & (bin_mel < right), weights, torch.zeros(()))
-    return torch.cat([weights, weights.new_zeros(1, n_mels)]).float()
-
-
-def povey_window() -> torch.Tensor:
-    """Kaldi's default analysis window: a Hann window raised to the power 0.85 (float32, WIN_LENGTH points)."""
-    n = torch.arange(WIN_LENGTH, dtype=torch.float64)
-    return (0.5 - 0.5 * torch.cos(2 * math.pi * n / (WIN_LENGTH - 1))).pow(0.85).float()
 
 
 def _valid_frames(frame_lengths: torch.Tensor, num_frames_total: int) -> torch.Tensor:
@@ -96,7 +71,9 @@ class Fbank(nn.Module):
 
     def _window_and_mel_banks(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if device not in self._constants:
-            self._constants[device] = (povey_window().to(device), kaldi_mel_banks(self.n_mels).to(device))
+            # the numpy filterbank's window and filters (srupp_asr.runtime.features): one definition for both
+            window, banks = torch.tensor(povey_window()), torch.tensor(kaldi_mel_banks(self.n_mels))
+            self._constants[device] = (window.to(device), banks.to(device))
         return self._constants[device]
 
     def forward(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
