@@ -38,7 +38,7 @@ def test_the_window_and_mel_filters_are_kaldis() -> None:
     assert features.LOG_FLOOR == frontend.LOG_FLOOR and features.SAMPLE_RATE == audio.SAMPLE_RATE
     for n_mels in (80, 40):  # torchaudio's Kaldi filters (in float32; no Nyquist row)
         reference, _ = torchaudio.compliance.kaldi.get_mel_banks(n_mels, 512, 16000.0, 20.0, 0.0, 100.0, -500.0, 1.0)
-        np.testing.assert_allclose(features.kaldi_mel_banks(n_mels)[:-1], reference.T.numpy(), atol=1e-5)  # float32
+        np.testing.assert_allclose(features.kaldi_mel_banks(n_mels)[:-1], reference.T.numpy(), atol=5e-5)  # float32
         assert not features.kaldi_mel_banks(n_mels)[-1].any()
     n = np.arange(400)
     np.testing.assert_allclose(features.povey_window(), (0.5 - 0.5 * np.cos(2 * np.pi * n / 399)) ** 0.85, atol=1e-7)
