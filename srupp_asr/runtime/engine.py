@@ -10,8 +10,9 @@ model or mode to torch.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,7 @@ class NumpyASR:
             raise UserError(f"{config_path}: bad model settings (vocab_size {vocab_size!r})")
         tokenizer = read_tokenizer(model_dir, vocab_size, f"{CONFIG_FILE} says vocab_size {vocab_size}")
         weights = Weights(read_arrays(model_dir))
-        try:
+        with _building(model_dir, config_path, "model"):
             acoustic = AcousticModel.from_config(config, weights)
             decoder = None
             if config.get("ctc_weight", 0.3) < 1.0:
@@ -78,12 +79,6 @@ class NumpyASR:
                     decoder_conf, vocab_size, acoustic.output_size, weights.sub("decoder")
                 )
             weights.check_all_taken()
-        except WeightsError as err:
-            raise UserError(f"{weight_files(model_dir).path}: {err}") from None
-        except NotImplementedError as err:
-            raise Unsupported(f"{config_path}: {first_line(err)}") from None
-        except (TypeError, ValueError, KeyError) as err:
-            raise UserError(f"{config_path}: bad model settings ({first_line(err)})") from None
         return cls(acoustic, decoder, vocab_size), tokenizer
 
     @property
@@ -195,14 +190,22 @@ def load_numpy_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer) -> SRUpp
         raise UserError(f"{config_path}: bad LM settings (vocab_size {vocab_size!r})")
     lm_tokenizer = read_tokenizer(lm_dir, vocab_size, f"the LM {vocab_size}", "an LM directory")
     weights = Weights(read_arrays(lm_dir))
-    try:
+    with _building(lm_dir, config_path, "LM"):
         lm = SRUppLM.from_config(config, weights)
         weights.check_all_taken()
+    check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
+    return lm
+
+
+@contextlib.contextmanager
+def _building(folder: Path, config_path: Path, what: str) -> Iterator[None]:
+    """Networks built from ``folder``'s weights by its config: weights that do not fit are a one-line UserError naming
+    the weights file, bad settings one naming the config, and what the runtime cannot run :class:`Unsupported`."""
+    try:
+        yield
     except WeightsError as err:
-        raise UserError(f"{weight_files(lm_dir).path}: {err}") from None
+        raise UserError(f"{weight_files(folder).path}: {err}") from None
     except NotImplementedError as err:
         raise Unsupported(f"{config_path}: {first_line(err)}") from None
     except (TypeError, ValueError, KeyError) as err:
-        raise UserError(f"{config_path}: bad LM settings ({first_line(err)})") from None
-    check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
-    return lm
+        raise UserError(f"{config_path}: bad {what} settings ({first_line(err)})") from None
