@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from srupp_asr.checks import check_divides, check_keywords, check_probability, check_size
-from srupp_asr.runtime.ops import Weights, attention, layer_norm, linear, log_softmax
+from srupp_asr.runtime.ops import StepCache, Weights, attention, layer_norm, linear, log_softmax
 
 
 def sinusoidal_positions(length: int, dim: int, first: int = 0) -> np.ndarray:
@@ -145,17 +145,18 @@ class TransformerDecoder:
         position: int,
         memory_kv: list[tuple[np.ndarray, np.ndarray]],
         memory_bias: np.ndarray,
-        cache: list[np.ndarray] | None,
+        cache: list[StepCache] | None,
         order: np.ndarray | None,
-    ) -> tuple[np.ndarray, list[np.ndarray]]:
+    ) -> tuple[np.ndarray, list[StepCache]]:
         """Log-probabilities ``(N, vocab)`` of the token after prefixes whose last token ``tokens`` ``(N,)`` stands
         at ``position``, and the cache with that position added.
 
         ``memory_kv`` (:meth:`memory_kv`, per layer ``(n, heads, T, d_head)``) and ``memory_bias``
         ``(n, 1, 1, T)`` (0 for a frame attended to, -inf not) are those of ``n`` groups of ``N / n``
         consecutive rows that share one memory. ``cache`` is what the previous step returned (None at the first
-        position): per layer the self-attention keys and values of the earlier positions, ``(position, N', 2,
-        heads, d_head)``, whose rows ``order`` ``(N,)`` are these rows' (None: all, in order)."""
+        position): per layer the self-attention keys and values of the earlier positions (a
+        :class:`~srupp_asr.runtime.ops.StepCache` of ``(N', 2, heads, d_head)`` entries), whose rows ``order``
+        ``(N,)`` are these rows' (None: all, in order)."""
         N, d, H = tokens.shape[0], self.d_model, self.num_heads
         n = memory_bias.shape[0]
         x = self.embed[tokens] * self._embed_scale
@@ -163,8 +164,13 @@ class TransformerDecoder:
         new_cache = []
         for i, layer in enumerate(self.layers):
             qkv = linear(layer_norm(x, *layer.norm_self), *layer.qkv)
-            kv = _extend(None if cache is None else cache[i], order, qkv[:, d:].reshape(N, 2, H, d // H))
-            new_cache.append(kv)
+            entry = qkv[:, d:].reshape(N, 2, H, d // H)
+            if cache is None:
+                layer_cache = StepCache.start(entry)
+            else:
+                layer_cache = (cache[i] if order is None else cache[i].select(order)).append(entry)
+            new_cache.append(layer_cache)
+            kv = layer_cache.gather()  # (position + 1, N, 2, heads, d_head)
             q = qkv[:, :d].reshape(N, H, 1, d // H)
             a = attention(q, kv[:, :, 0].transpose(1, 2, 0, 3), kv[:, :, 1].transpose(1, 2, 0, 3))
             h = x + linear(a.reshape(N, d), *layer.self_out)
@@ -175,17 +181,3 @@ class TransformerDecoder:
             np.maximum(inner, 0.0, out=inner)
             x = h + linear(inner, *layer.ffn_out)
         return log_softmax(linear(layer_norm(x, *self.final_norm), *self.output)), new_cache
-
-
-def _extend(past: np.ndarray | None, order: np.ndarray | None, new: np.ndarray) -> np.ndarray:
-    """``(t + 1, N, ...)``: rows ``order`` of ``past`` ``(t, N', ...)`` (all, in order, when None) followed by ``new``
-    ``(N, ...)``: one copy of the cache a step (the rows a search keeps are gathered here, not when chosen)."""
-    t = 0 if past is None else past.shape[0]
-    out = np.empty((t + 1, *new.shape), dtype=np.float32)
-    if past is not None:
-        if order is None:
-            out[:t] = past
-        else:
-            np.take(past, order, axis=1, out=out[:t], mode="clip")  # out: contiguous, so not buffered
-    out[t] = new
-    return out

@@ -14,6 +14,7 @@ from srupp_asr.runtime.decoder import TransformerDecoder
 
 if TYPE_CHECKING:
     from srupp_asr.runtime.lm import SRUppLM
+    from srupp_asr.runtime.ops import StepCache
     from srupp_asr.runtime.sru import LayerState
 
 
@@ -22,7 +23,7 @@ class _DecoderState:
     utterances: np.ndarray  # (N,)
     memory_kv: list[tuple[np.ndarray, np.ndarray]]  # per layer, each group's cross-attention keys and values
     memory_bias: np.ndarray  # (n, 1, 1, T) 0 for each group's frames, -inf past them
-    cache: list[np.ndarray] | None  # per layer, the self-attention keys and values so far
+    cache: list[StepCache] | None  # per layer, the self-attention keys and values so far
     order: np.ndarray | None = None  # the rows of the cache that are the hypotheses' (None: all, in order)
 
 

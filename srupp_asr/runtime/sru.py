@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from srupp_asr.checks import ConfigValueError, check_divides, check_even_size, check_int, check_keywords, check_size
-from srupp_asr.runtime.ops import Weights, attention, layer_norm, linear, mask_bias
+from srupp_asr.runtime.ops import StepCache, Weights, attention, layer_norm, linear, mask_bias
 
 HIGHWAY_STEPS = 16  # steps of the recurrence between computing their outputs h (a chunk that stays in the cache)
 # The torch encoder's options that only training reads: dropout, and highway_bias (a bias's initial value).
@@ -36,36 +36,16 @@ TRAINING_OPTIONS = frozenset({"dropout", "attn_dropout", "highway_bias"})
 
 class LayerState(NamedTuple):
     """What a causal layer carries between steps, as :class:`srupp_asr.sru.LayerState`: ``c`` ``(B, D)`` and, in
-    an attention layer, the keys and values so far ``(B', heads, t, d_head)`` whose rows ``order`` ``(B,)`` are
-    the batch's (None: all of them, in order)."""
+    an attention layer, the keys and values so far (a :class:`~srupp_asr.runtime.ops.StepCache` of ``(B, 2, heads,
+    d_head)`` entries)."""
 
     c: np.ndarray
-    keys: np.ndarray | None
-    values: np.ndarray | None
-    order: np.ndarray | None = None
+    cache: StepCache | None
 
     def select(self, rows: np.ndarray) -> LayerState:
-        """The states of batch rows ``rows``, in that order (the cache rows are gathered at the next step)."""
+        """The states of batch rows ``rows``, in that order."""
         rows = np.asarray(rows, dtype=np.int64)
-        if self.keys is None:
-            return LayerState(self.c[rows], None, None)
-        order = rows if self.order is None else self.order[rows]
-        return LayerState(self.c[rows], self.keys, self.values, order)
-
-
-def _extend(past: np.ndarray | None, order: np.ndarray | None, new: np.ndarray) -> np.ndarray:
-    """Rows ``order`` of the cache ``past`` followed by ``new`` ``(B, heads, 1, d)``, in one copy
-    (:func:`srupp_asr.kv_cache.extend`)."""
-    if past is None:
-        return new
-    t = past.shape[2]
-    out = np.empty((new.shape[0], new.shape[1], t + 1, new.shape[3]), np.float32)
-    if order is None:
-        out[:, :, :t] = past
-    else:
-        np.take(past, order, axis=0, out=out[:, :, :t], mode="clip")  # "clip": written straight into out
-    out[:, :, t:] = new
-    return out
+        return LayerState(self.c[rows], None if self.cache is None else self.cache.select(rows))
 
 
 class SRUppLayer:
@@ -171,15 +151,16 @@ class SRUppLayer:
             raise RuntimeError("step() needs a causal layer (causal=True)")
         B, _ = x.shape
         q = linear(x, self.wq)
-        keys = values = None
+        cache = None
         if self.attention:
             heads, dh = self.num_heads, self.attn_dim // self.num_heads
-            k, v = linear(q, self.wk).reshape(B, heads, 1, dh), linear(q, self.wv).reshape(B, heads, 1, dh)
-            past_k, past_v, order = (None, None, None) if state is None else (state.keys, state.values, state.order)
-            keys, values = _extend(past_k, order, k), _extend(past_v, order, v)
+            entry = np.stack([linear(q, self.wk), linear(q, self.wv)], 1).reshape(B, 2, heads, dh)
+            cache = StepCache.start(entry) if state is None or state.cache is None else state.cache.append(entry)
+            kv = cache.gather()  # (t, B, 2, heads, dh)
+            keys, values = kv[:, :, 0].transpose(1, 2, 0, 3), kv[:, :, 1].transpose(1, 2, 0, 3)
             q = q + self.alpha * attention(q.reshape(B, heads, 1, dh), keys, values).reshape(B, self.attn_dim)
         h, c = self._recurrence(layer_norm(q, *self.norm)[None], x[None], None, None if state is None else state.c)
-        return h[0], LayerState(c, keys, values)
+        return h[0], LayerState(c, cache)
 
 
 def _highway(u: np.ndarray, x: np.ndarray, h: np.ndarray, start: int, stop: int) -> None:
