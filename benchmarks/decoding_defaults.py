@@ -89,7 +89,7 @@ def speak(folder: Path, sentences: list[str]) -> list[tuple[np.ndarray, str]]:
         voice, speed = VOICES[i % len(VOICES)]
         path = folder / f"sentence{i:02d}.wav"
         subprocess.run([espeak, "-v", voice, "-s", str(speed), "-w", str(path), "--", text], check=True)
-        spoken.append((load_audio(path).numpy(), text))
+        spoken.append((load_audio(path), text))
     return spoken
 
 

@@ -71,7 +71,7 @@ def speech(folder: Path) -> list[torch.Tensor]:
     for i, text in enumerate(SENTENCES):
         path = folder / f"s{i}.wav"
         subprocess.run([espeak, "-w", str(path), text], check=True, capture_output=True, timeout=60)
-        waves.append(load_audio(path))
+        waves.append(torch.from_numpy(load_audio(path)))
     return waves
 
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             model, tokenizer = untrained_model(Path(tmp))
             model.to(device)
-        waves = [load_audio(f) for f in args.audio] if args.audio else speech(Path(tmp))
+        waves = [torch.from_numpy(load_audio(f)) for f in args.audio] if args.audio else speech(Path(tmp))
     audio, lens = padded(waves)
     seconds = lens.sum().item() / SAMPLE_RATE
     with torch.inference_mode():

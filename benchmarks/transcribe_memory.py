@@ -62,7 +62,7 @@ def speak(folder: Path, sentences: list[str]) -> list[tuple[np.ndarray, str]]:
         if espeak:
             path = folder / f"sentence{i}.wav"
             subprocess.run([espeak, "-w", str(path), text], check=True, capture_output=True)
-            spoken.append((load_audio(path).numpy(), text))
+            spoken.append((load_audio(path), text))
             path.unlink()
         else:
             noise = 0.1 * np.random.default_rng(i).standard_normal(int(0.07 * len(text) * SAMPLE_RATE))

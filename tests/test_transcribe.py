@@ -213,9 +213,10 @@ def test_directories_and_list_files_expand_in_a_fixed_order(capsys, model, utts,
 
 
 def _resampled(wav: Path, rate: int) -> np.ndarray:
+    import torch
     import torchaudio.functional as AF
 
-    return AF.resample(load_audio(wav), SAMPLE_RATE, rate).numpy()
+    return AF.resample(torch.from_numpy(load_audio(wav)), SAMPLE_RATE, rate).numpy()
 
 
 @pytest.mark.parametrize(("fmt", "rate", "channels"), [("FLAC", 44100, 2), ("WAV", 22050, 1), ("WAV", 48000, 3)])
@@ -249,7 +250,7 @@ def _bad_files(tmp_path: Path, good: Path) -> dict[str, Path]:
     (tmp_path / "empty.wav").write_bytes(b"")
     (tmp_path / "noise.wav").write_bytes(rng.integers(0, 256, 4000, dtype=np.uint8).tobytes())
     (tmp_path / "notes.txt").write_text("these are not the samples you are looking for\n" * 20)
-    sf.write(tmp_path / "full.flac", load_audio(good).numpy(), SAMPLE_RATE)
+    sf.write(tmp_path / "full.flac", load_audio(good), SAMPLE_RATE)
     data = (tmp_path / "full.flac").read_bytes()
     (tmp_path / "cut.flac").write_bytes(data[: len(data) // 2])
     return {
@@ -346,7 +347,7 @@ def _long_recording(tmp_path: Path, utts, count: int, pause: float) -> tuple[Pat
     half = np.zeros(int(pause / 2 * SAMPLE_RATE), np.float32)
     parts, spans, pos = [], [], 0
     for wav, _ in utts[:count]:
-        audio = load_audio(wav).numpy()
+        audio = load_audio(wav)
         parts += [half, audio, half]
         spans.append(((pos + len(half)) / SAMPLE_RATE, (pos + len(half) + len(audio)) / SAMPLE_RATE))
         pos += 2 * len(half) + len(audio)
@@ -357,7 +358,7 @@ def _long_recording(tmp_path: Path, utts, count: int, pause: float) -> tuple[Pat
 
 def _pieces_decoded_alone(model, path: Path, chunks, tmp_path: Path) -> list[list]:
     """Each chunk of ``path`` cut out, written as its own file and transcribed alone; words in absolute times."""
-    audio = load_audio(path).numpy()
+    audio = load_audio(path)
     words = []
     for i, (start, end) in enumerate(chunks):
         piece = tmp_path / f"piece{i}.wav"
@@ -761,7 +762,7 @@ LEAD, PAUSE = 1.0, 1.5  # seconds of silence before the first sentence and betwe
 
 @pytest.fixture(scope="module")
 def sentences(synthesize_speech) -> list[np.ndarray]:
-    return [load_audio(synthesize_speech(s, f"audit_{i}.wav")).numpy() for i, s in enumerate(SENTENCES)]
+    return [load_audio(synthesize_speech(s, f"audit_{i}.wav")) for i, s in enumerate(SENTENCES)]
 
 
 @pytest.fixture(scope="module")
@@ -1009,7 +1010,7 @@ class TestLongFilesAndAnUnexpectedErrorOnOneFile:
         spans = []
         with sf.SoundFile(path, "w", SAMPLE_RATE, 1, subtype="PCM_16") as f:  # 1.15 GB, written 5 minutes at a time
             for k in range(int(hours * 3600 / period)):
-                speech = load_audio(utts[k % len(utts)][0]).numpy()
+                speech = load_audio(utts[k % len(utts)][0])
                 block = np.zeros(int(period * SAMPLE_RATE), np.float32)
                 at = len(block) // 2
                 block[at : at + len(speech)] = speech

@@ -31,7 +31,9 @@ def test_five_files_make_one_row_with_memory_samples(overfit_model_dir, capsys):
     out = capsys.readouterr().out
     assert result["code"] == 0 and result["failures"] == 0 and result["files"] == 5
     assert 0 < result["seconds"] < 5 * 6  # short utterances
-    assert result["wall"] > 0 and result["peak"] > 100  # MiB: Python, torch and the model at least
+    # MiB: Python, numpy and the model at least (float32 on the CPU decodes without torch: about 50 MiB in all here,
+    # sampled every 0.1 s)
+    assert result["wall"] > 0 and result["peak"] > 20
     assert result["rss_early"] is not None and result["rss_end"] is not None
     rows = [line for line in out.splitlines() if line.startswith("| 5 |")]
     assert len(rows) == 1 and rows[0].count("|") == 11
