@@ -4,7 +4,7 @@ on audio this script makes itself: short sentences, and recordings of minutes ma
 The sentences are written for this benchmark (not from the synthetic corpus' text sources). Each is spoken by
 espeak-ng with one of several English voices and rates; the short set is the sentences one file each, and a
 long recording (``--minutes``) tiles the same spoken sentences with pauses of 0.4-1.2 s. Each (set, mode) runs in
-a fresh process with ``--threads`` torch threads (default 2), through :func:`srupp_asr.transcribe.transcribe`:
+a fresh process with ``--threads`` compute threads (default 2), through :func:`srupp_asr.transcribe.transcribe`:
 
 - WER: the recognised text of each file against the sentences it holds (:mod:`srupp_asr.scoring`, which is
   checked against sclite);
@@ -131,15 +131,13 @@ def run_child(
     lm_weight: float | None,
     compute_type: str = "float32",
 ) -> dict:
-    """Transcribe ``files`` in this process (the child): WER counts, audio, decoding and load seconds, peak RSS."""
-    import torch
-
+    """Transcribe ``files`` in this process (the child): WER counts, audio, decoding and load seconds, peak RSS (no
+    torch imported here: the default engine on the CPU runs without it)."""
     from srupp_asr.errors import UserError
     from srupp_asr.scoring.analysis import score_transcripts
     from srupp_asr.scoring.formats import UtteranceText
     from srupp_asr.transcribe import transcribe
 
-    torch.set_num_threads(threads)
     begin = time.perf_counter()
     kwargs: dict = {"no_lm": True} if mode == "default_no_lm" else {"lm": lm, "lm_weight": lm_weight}
     if mode not in ("default", "default_no_lm"):
@@ -226,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"machine: {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, torch threads {args.threads}"
+        f"{os.cpu_count()} CPUs, threads {args.threads}"
     )
     print()
     print("| set | mode | WER % (errors / words) | audio s | decoding RTF (load excl.) | load s | peak RSS GB |")
