@@ -126,8 +126,8 @@ class NumpyASR:
 
     def features(self, wavs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """The padded ``(B, T, n_mels)`` filterbank of the waveforms and their frame counts, computed one waveform at a
-        time: the framing and FFT of a batch at once would hold about 80 bytes per sample (105 MB for eight 10-s
-        pieces), one at a time an eighth of it."""
+        time: the framing and FFT of a whole batch would hold about 80 bytes per sample (105 MB for eight 10-s pieces,
+        against 15 MB one at a time)."""
         lengths = np.array([w.size for w in wavs], dtype=np.int64)
         frames = features.num_frames(lengths)
         feats = np.zeros((len(wavs), int(frames.max()), self.acoustic.n_mels), np.float32)
