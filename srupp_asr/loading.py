@@ -52,7 +52,7 @@ def add_engine_argument(p: argparse.ArgumentParser) -> None:
         "--engine",
         default="auto",
         choices=ENGINES,
-        help="what computes on the CPU: auto (numpy for float32 on the CPU: no torch imported, a third of the "
+        help="what computes on the CPU: auto (numpy for float32 on the CPU: no torch imported, less than half the "
         "memory; torch for a GPU, int8, bfloat16, the rescoring modes and the Conformer or BLSTM encoders), numpy "
         "or torch (default auto)",
     )
@@ -199,8 +199,8 @@ def runs_on_numpy(net: object) -> bool:
 class LoadedModel:
     """A model directory loaded for decoding, with the fusion LMs loaded for it (by directory).
 
-    On the CPU in float32 the network is the numpy runtime's (:mod:`srupp_asr.runtime`: no torch imported, a third
-    of the memory) wherever it runs the model; elsewhere, and for the modes the runtime does not run
+    On the CPU in float32 the network is the numpy runtime's (:mod:`srupp_asr.runtime`: no torch imported, less than
+    half the memory) wherever it runs the model; elsewhere, and for the modes the runtime does not run
     (:meth:`net_for`), it is the torch network."""
 
     def __init__(
