@@ -74,6 +74,9 @@ def test_samples_in_memory_give_the_files_transcript(loaded, utts):
     # int16 at full scale, as soundfile or scipy give a 16-bit file: the same words
     as_int16 = loaded.transcribe(sf.read(wav, dtype="int16")[0], sample_rate=rate, **GREEDY)
     assert as_int16.text == text
+    # an int16 torch tensor is scaled as the int16 array is (not taken as float values far beyond full scale)
+    int16_tensor = torch.from_numpy(sf.read(wav, dtype="int16")[0])
+    assert _words(loaded.transcribe(int16_tensor, sample_rate=rate, **GREEDY)) == _words(as_int16)
     # two channels at 44.1 kHz: mixed down and resampled to 16 kHz like a file would be
     stereo = F.resample(torch.from_numpy(samples), rate, 44100).repeat(2, 1)
     assert loaded.transcribe(stereo, sample_rate=44100, **GREEDY).text == text
