@@ -30,15 +30,11 @@ from torch import nn
 
 from srupp_asr import kv_cache
 from srupp_asr.checks import (
-    ConfigValueError,
-    check_divides,
-    check_even_size,
     check_int,
-    check_number,
-    check_probability,
     check_size,
 )
 from srupp_asr.recurrence import sru_recurrence
+from srupp_asr.runtime.sru import attention_layers, check_layer_options  # torch-free, shared with the numpy twin
 
 
 class SRUppLayer(nn.Module):
@@ -169,32 +165,6 @@ def attention_key_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask | ~mask.any(0, keepdim=True)).t().contiguous()[:, None, None, :]
 
 
-def check_layer_options(
-    d_model: int,
-    attn_dim: int,
-    num_heads: int,
-    attention: bool,
-    bidirectional: bool,
-    dropout: float,
-    attn_dropout: float,
-    highway_bias: float,
-    causal: bool,
-) -> None:
-    """A ConfigValueError naming the first of :class:`SRUppLayer`'s arguments out of range."""
-    if causal and bidirectional:
-        raise ConfigValueError("causal", "needs bidirectional: false (a causal layer is unidirectional)")
-    if bidirectional:
-        check_even_size("d_model", d_model, "a bidirectional layer has half of it per direction")
-    else:
-        check_size("d_model", d_model)
-    check_size("attn_dim", attn_dim)
-    if attention:
-        check_divides("num_heads", num_heads, "attn_dim", attn_dim)
-    check_probability("dropout", dropout)
-    check_probability("attn_dropout", attn_dropout)
-    check_number("highway_bias", highway_bias)
-
-
 class LayerState(NamedTuple):
     """What a causal :class:`SRUppLayer` carries between steps: the recurrent state ``c`` ``(B, D)`` and, in an
     attention layer, the keys and values of every step so far ``(B', heads, t, d_head)`` (None otherwise), whose
@@ -211,17 +181,6 @@ class LayerState(NamedTuple):
         if self.keys is None:
             return LayerState(c, None, None)
         return LayerState(c, self.keys, self.values, kv_cache.reorder(self.order, rows))
-
-
-def attention_layers(num_layers: int, attn_every: int) -> list[int]:
-    """1-based indices of the layers with attention: every ``attn_every``-th, counted from the top.
-
-    ``attn_every=1`` puts attention in every layer, ``0`` in none. With 10 layers and
-    ``attn_every=5`` the attention layers are 5 and 10.
-    """
-    if attn_every <= 0:
-        return []
-    return [i for i in range(1, num_layers + 1) if (num_layers - i) % attn_every == 0]
 
 
 class SRUppEncoder(nn.Module):

@@ -4,7 +4,6 @@ times up to float32 rounding), a model directory is read with the same checks, a
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
@@ -151,4 +150,4 @@ def test_model_without_a_decoder_says_what_joint_needs(engines, speech):
         assert "needs an attention decoder; the model has none" in net.unmet_needs(no_decoder, None)
     finally:
         net.decoder = saved
-    assert json.dumps(net.unmet_needs(no_decoder, None)) == "null"
+    assert net.unmet_needs(no_decoder, None) is None

@@ -13,8 +13,9 @@ import numpy as np
 from srupp_asr.checks import ConfigValueError, check_int, check_keywords, check_size
 from srupp_asr.runtime.ops import Weights, layer_norm, linear, log_softmax
 from srupp_asr.runtime.sru import TRAINING_OPTIONS, LayerState, SRUppEncoder
+from srupp_asr.tokenizer import Tokenizer
 
-SOS_EOS_ID = 2  # the tokenizer's <sos/eos> (srupp_asr.tokenizer.Tokenizer.sos_eos_id): the vocabulary exceeds it
+SOS_EOS_ID = Tokenizer.sos_eos_id  # the vocabulary exceeds it
 
 
 class SRUppLM:

@@ -26,7 +26,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from srupp_asr.checks import ConfigValueError, check_divides, check_even_size, check_int, check_keywords, check_size
+from srupp_asr.checks import (
+    ConfigValueError,
+    check_divides,
+    check_even_size,
+    check_int,
+    check_keywords,
+    check_number,
+    check_probability,
+    check_size,
+)
 from srupp_asr.runtime.ops import StepCache, Weights, attention, layer_norm, linear, mask_bias
 
 HIGHWAY_STEPS = 16  # steps of the recurrence between computing their outputs h (a chunk that stays in the cache)
@@ -177,11 +186,41 @@ def _highway(u: np.ndarray, x: np.ndarray, h: np.ndarray, start: int, stop: int)
 
 
 def attention_layers(num_layers: int, attn_every: int) -> list[int]:
-    """1-based indices of the layers with attention: every ``attn_every``-th from the top (as
-    :func:`srupp_asr.sru.attention_layers`)."""
+    """1-based indices of the layers with attention: every ``attn_every``-th, counted from the top.
+
+    ``attn_every=1`` puts attention in every layer, ``0`` in none. With 10 layers and
+    ``attn_every=5`` the attention layers are 5 and 10.
+    """
     if attn_every <= 0:
         return []
     return [i for i in range(1, num_layers + 1) if (num_layers - i) % attn_every == 0]
+
+
+def check_layer_options(
+    d_model: int,
+    attn_dim: int,
+    num_heads: int,
+    attention: bool,
+    bidirectional: bool,
+    dropout: float,
+    attn_dropout: float,
+    highway_bias: float,
+    causal: bool,
+) -> None:
+    """A ConfigValueError naming the first of an SRU++ layer's arguments out of range (both engines' layers;
+    the numpy one passes the training-only ones at their defaults)."""
+    if causal and bidirectional:
+        raise ConfigValueError("causal", "needs bidirectional: false (a causal layer is unidirectional)")
+    if bidirectional:
+        check_even_size("d_model", d_model, "a bidirectional layer has half of it per direction")
+    else:
+        check_size("d_model", d_model)
+    check_size("attn_dim", attn_dim)
+    if attention:
+        check_divides("num_heads", num_heads, "attn_dim", attn_dim)
+    check_probability("dropout", dropout)
+    check_probability("attn_dropout", attn_dropout)
+    check_number("highway_bias", highway_bias)
 
 
 class SRUppEncoder:
@@ -200,17 +239,11 @@ class SRUppEncoder:
         bidirectional: bool = True,
         causal: bool = False,
     ) -> None:
-        check_size("d_model", d_model)
         check_size("num_layers", num_layers)
-        check_size("attn_dim", attn_dim)
         check_int("attn_every", attn_every, minimum=0)
         with_attention = set(attention_layers(num_layers, attn_every))
-        if with_attention:
-            check_divides("num_heads", num_heads, "attn_dim", attn_dim)
-        if causal and bidirectional:
-            raise ConfigValueError("causal", "needs bidirectional: false (a causal layer is unidirectional)")
-        if bidirectional:
-            check_even_size("d_model", d_model, "a bidirectional layer has half of it per direction")
+        # As the torch encoder checks them (dropout and highway_bias: training's, at their defaults).
+        check_layer_options(d_model, attn_dim, num_heads, bool(with_attention), bidirectional, 0.0, 0.0, -2.0, causal)
         self.input_size, self.d_model, self.output_size = input_size, d_model, d_model
         self.input_proj = None
         if input_size != d_model:
