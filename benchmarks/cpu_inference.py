@@ -48,6 +48,7 @@ SRUPP = Path(sys.executable).with_name("srupp-asr")
 MODES = {
     "defaults": [],  # float32 on the numpy runtime (no torch)
     "torch": ["--engine", "torch"],  # the same model and search in torch
+    "batch4": ["--batch-size", "4"],  # half the default batch: less memory in flight
     "int8": ["--compute-type", "int8"],
     "bfloat16": ["--compute-type", "bfloat16"],
     "ctc_greedy": ["--decoding", "ctc_greedy"],
