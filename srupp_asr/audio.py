@@ -87,7 +87,8 @@ def prepare_waveform(samples: object, sample_rate: int, target_rate: int = SAMPL
     numpy array, or a torch tensor on any device)."""
     if sample_rate <= 0 or target_rate <= 0:
         raise ValueError(f"sample rates must be positive, got {sample_rate} and {target_rate}")
-    wav = _as_array(samples).astype(np.float32, copy=False)
+    given = _as_array(samples)
+    wav = given.astype(np.float32, copy=False)
     if wav.ndim == 2:
         wav = wav.mean(axis=0, dtype=np.float32)
     elif wav.ndim != 1:
@@ -97,7 +98,9 @@ def prepare_waveform(samples: object, sample_rate: int, target_rate: int = SAMPL
         wav = resample(wav, sample_rate, target_rate)
     # Float files may exceed full scale and the resampler can overshoot a little; the features assume
     # 16-bit-like input, so clip as a 16-bit encoder would.
-    return np.ascontiguousarray(np.clip(wav, -1.0, 1.0), dtype=np.float32)
+    if np.may_share_memory(wav, given) or not wav.flags.c_contiguous:  # the caller's: clip a copy
+        return np.ascontiguousarray(np.clip(wav, -1.0, 1.0), dtype=np.float32)
+    return np.clip(wav, -1.0, 1.0, out=wav)
 
 
 def _as_array(samples: object) -> np.ndarray:

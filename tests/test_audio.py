@@ -109,6 +109,14 @@ def test_float_samples_beyond_full_scale_are_clipped(tmp_path):
     assert load_audio(tmp_path / "loud.wav").tolist() == [0.5, 1.0, -1.0, 0.0]
 
 
+def test_prepare_waveform_clips_a_copy_of_the_callers_samples_and_its_own_in_place():
+    loud = np.array([0.5, 1.7, -3.0, 0.0], np.float32)
+    assert prepare_waveform(loud, SAMPLE_RATE).tolist() == [0.5, 1.0, -1.0, 0.0]
+    assert loud.tolist() == [0.5, np.float32(1.7), -3.0, 0.0]  # the caller's array untouched
+    assert prepare_waveform(loud[::2], SAMPLE_RATE).tolist() == [0.5, -1.0]  # a strided view: a contiguous copy
+    assert prepare_waveform(np.stack([loud, loud]), SAMPLE_RATE).tolist() == [0.5, 1.0, -1.0, 0.0]  # own mean
+
+
 def test_prepare_waveform_accepts_lhotse_channel_first_arrays():
     samples = np.stack([np.full(100, 0.2, np.float32), np.full(100, 0.4, np.float32)])
     wav = prepare_waveform(samples, SAMPLE_RATE)

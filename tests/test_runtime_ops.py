@@ -26,6 +26,17 @@ def test_the_step_cache_holds_what_reordering_a_copy_every_step_holds():
         assert cache.steps == step + 1
 
 
+def test_the_step_cache_keeps_only_the_entries_its_rows_still_reach():
+    rows, dims = 10, (2, 4)
+    cache = StepCache.start(np.zeros((rows, *dims), np.float32))
+    plain = cache.gather()
+    for step in range(1, 3 * StepCache.BLOCK + 1):
+        order = np.zeros(rows, np.int64) if step <= 2 * StepCache.BLOCK else np.arange(rows)  # all from row 0
+        entry = np.full((rows, *dims), step, np.float32) + np.arange(rows, dtype=np.float32)[:, None, None]
+        cache, plain = cache.select(order).append(entry), np.concatenate([plain[:, order], entry[None]])
+        np.testing.assert_array_equal(cache.gather(), plain)
+    # the first two blocks: one reachable row a step (all rows descend from row 0), the last ones whole
+    assert [block.shape[1] for block in cache._blocks] == [1, 1, rows, rows]
 def test_a_second_extension_of_one_cache_branches_and_leaves_the_first_intact():
     first = StepCache.start(np.zeros((2, 1), np.float32)).append(np.ones((2, 1), np.float32))
     a = first.append(np.full((2, 1), 2.0, np.float32))

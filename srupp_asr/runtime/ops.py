@@ -115,7 +115,9 @@ class StepCache:
     entries out for one attention; a copy of the whole cache at every step (what a reordered array needs) would hold
     two caches at once, 45-70 MB for a batch of eight 10-s pieces.
 
-    Entries go in blocks of :data:`BLOCK` steps, so a growing cache is never copied. A cache is extended
+    Entries go in blocks of :data:`BLOCK` steps, so a growing cache is never copied; when a block is full, the
+    entries of the blocks before it that no current row reaches any more are dropped (a beam's hypotheses soon share
+    their older steps: 40-50% of the memory on read sentences). A cache is extended
     (:meth:`append`) once per step, by the search's one successor of it; a second extension of the same cache
     (a branch) copies the blocks first, so every cache stays valid."""
 
@@ -140,16 +142,15 @@ class StepCache:
         if self._written[0] != t:  # another successor extended this cache already: branch off a copy
             blocks = [block.copy() for block in blocks]
         written = self._written if blocks is self._blocks else [t]
-        if t % self.BLOCK == 0:
-            blocks = [
-                *blocks,
-                np.empty((self.BLOCK, max([rows, *(b.shape[1] for b in blocks)]), *entry.shape[1:]), np.float32),
-            ]
-        blocks[-1][t % self.BLOCK, :rows] = entry
-        written[0] = t + 1
         paths = np.empty((t + 1, rows), np.int64)
         paths[:t] = self.paths
         paths[t] = np.arange(rows)
+        if t % self.BLOCK == 0:
+            width = max([rows, *(b.shape[1] for b in blocks)])
+            blocks = [*_compacted(blocks, paths[:t]), np.empty((self.BLOCK, width, *entry.shape[1:]), np.float32)]
+            written = [t]
+        blocks[-1][t % self.BLOCK, :rows] = entry
+        written[0] = t + 1
         return StepCache(blocks, paths, written)
 
     def select(self, rows: np.ndarray) -> StepCache:
@@ -169,3 +170,29 @@ class StepCache:
             index = np.arange(stop - start)[:, None] * block.shape[1] + self.paths[start:stop]
             np.take(flat, index.reshape(-1), axis=0, out=out[start:stop].reshape(-1, *block.shape[2:]))
         return out
+
+
+def _compacted(blocks: list[np.ndarray], paths: np.ndarray) -> list[np.ndarray]:
+    """Full ``blocks`` of a :class:`StepCache` with the entries no row's path reaches left out, where that saves a
+    quarter of a block or more; ``paths`` ``(t, N)`` (all the blocks' steps) is rewritten in place to match.
+
+    A beam's hypotheses soon share their older tokens, so an old step is reached from a few rows, not all of them:
+    storing only those is the cache's memory (the gather is unchanged: it reads the same entries). The blocks
+    themselves are never written (other caches may share them): a compacted block is a new array."""
+    if not blocks:
+        return blocks
+    t = paths.shape[0]
+    width = max(b.shape[1] for b in blocks)
+    steps = np.arange(t)[:, None]
+    used = np.zeros((t, width), bool)
+    used[steps, paths] = True
+    rank = np.cumsum(used, axis=1) - 1  # an entry's row in its compacted step
+    needed = used.sum(axis=1).reshape(-1, StepCache.BLOCK).max(axis=1)
+    out = list(blocks)
+    for b in np.flatnonzero(needed * 4 <= np.array([block.shape[1] for block in blocks]) * 3):
+        block, span = blocks[b], slice(b * StepCache.BLOCK, (b + 1) * StepCache.BLOCK)
+        step, row = np.nonzero(used[span, : block.shape[1]])
+        out[b] = np.empty((StepCache.BLOCK, int(needed[b]), *block.shape[2:]), np.float32)
+        out[b][step, rank[span][step, row]] = block[step, row]
+        paths[span] = rank[span][steps[: StepCache.BLOCK], paths[span]]
+    return out

@@ -51,7 +51,10 @@ class DecoderScorer:
         starts = np.flatnonzero(np.r_[True, utterances[1:] != utterances[:-1]]) if len(utterances) else utterances
         counts = np.diff(np.r_[starts, len(utterances)])
         groups = utterances[starts] if len(counts) and (counts == counts[0]).all() else utterances
-        kv = [(k[groups], v[groups]) for k, v in self.memory_kv]
+        if np.array_equal(groups, np.arange(len(self.memory_lens))):  # every utterance in order: no copy
+            kv = self.memory_kv
+        else:
+            kv = [(k[groups], v[groups]) for k, v in self.memory_kv]
         # Frames past each memory's length count for nothing (a memory with no frames attends everywhere).
         valid = np.arange(self.frames)[None, :] < self.memory_lens[groups][:, None]
         valid |= ~valid.any(1, keepdims=True)
