@@ -118,6 +118,18 @@ def test_encoder_matches_torch(input_size, bidirectional):
     assert full_lengths.tolist() == [17, 17, 17]
 
 
+def test_float16_weights_stay_float16_in_the_encoder_and_give_what_their_float32_values_give():
+    torch.manual_seed(3)
+    options = {"d_model": 32, "num_layers": 2, "attn_dim": 16, "num_heads": 4, "attn_every": 1}
+    encoder = randomised(torch_sru.SRUppEncoder(20, **options)).half()
+    stored = {k: v.detach().numpy() for k, v in encoder.state_dict().items()}
+    ours = SRUppEncoder.from_config(Weights(stored), 20, options)
+    cast = SRUppEncoder.from_config(Weights({k: v.astype(np.float32) for k, v in stored.items()}), 20, options)
+    assert {ours.layers[0].wq.dtype, ours.layers[0]._wo[0][0].dtype} == {np.dtype(np.float16)}  # half the memory
+    x, lengths = np.random.default_rng(0).standard_normal((2, 9, 20)).astype(np.float32), np.array([9, 5])
+    np.testing.assert_array_equal(ours.forward(x, lengths)[0], cast.forward(x, lengths)[0])
+
+
 def test_encoder_refuses_options_it_does_not_know_or_torch_would_refuse():
     with pytest.raises(ConfigValueError, match=r"^heads is not an option"):
         SRUppEncoder.from_config(Weights({}), 8, {"heads": 2})

@@ -33,8 +33,9 @@ class Weights:
     def has(self, name: str) -> bool:
         return f"{self._prefix}{name}" in self._arrays
 
-    def take(self, name: str, shape: Sequence[int | None] | None = None) -> np.ndarray:
-        """The weight ``name`` as C-contiguous float32, its shape checked against ``shape`` (None: any size)."""
+    def take(self, name: str, shape: Sequence[int | None] | None = None, keep_float16: bool = False) -> np.ndarray:
+        """The weight ``name`` as C-contiguous float32, its shape checked against ``shape`` (None: any size); with
+        ``keep_float16``, a float16 weight stays float16 (for a network that casts it where it is used)."""
         key = f"{self._prefix}{name}"
         if key not in self._arrays:
             raise WeightsError(f"weight {key} is missing")
@@ -48,7 +49,8 @@ class Weights:
         if array.dtype.kind != "f":  # float16 bits relabelled int16 would be cast by value into garbage
             raise WeightsError(f"weight {key} is stored as {array.dtype}, the network needs floating-point values")
         self._taken.add(key)
-        return np.ascontiguousarray(array, dtype=np.float32)
+        keep = keep_float16 and array.dtype == np.float16
+        return np.ascontiguousarray(array, dtype=np.float16 if keep else np.float32)
 
     def check_all_taken(self) -> None:
         """A WeightsError naming the weights no network took (a config that does not describe these weights)."""
@@ -115,15 +117,19 @@ class StepCache:
     entries out for one attention; a copy of the whole cache at every step (what a reordered array needs) would hold
     two caches at once, 45-70 MB for a batch of eight 10-s pieces.
 
-    Entries go in blocks of :data:`BLOCK` steps, so a growing cache is never copied; when a block is full, the
-    entries of the blocks before it that no current row reaches any more are dropped (a beam's hypotheses soon share
-    their older steps: 40-50% of the memory on read sentences). A cache is extended
-    (:meth:`append`) once per step, by the search's one successor of it; a second extension of the same cache
-    (a branch) copies the blocks first, so every cache stays valid."""
+    Entries go in blocks of :data:`BLOCK` steps, so a growing cache is never copied. A block is one array of its
+    steps' entries one after the other, step ``s``'s rows from ``offsets[s]``. When a block fills, the entries of
+    the blocks before it that no current row reaches any more are dropped: a beam's hypotheses soon share their
+    older steps, so an old step keeps a few rows, not one per hypothesis (the full blocks of read sentences keep
+    about 30% of their entries). A cache is extended (:meth:`append`) once per step, by the search's one successor of
+    it; a second extension of the same cache (a branch) copies the blocks first, so every cache stays valid."""
 
     BLOCK = 16
 
-    def __init__(self, blocks: list[np.ndarray], paths: np.ndarray, written: list[int]) -> None:
+    def __init__(
+        self, blocks: list[tuple[np.ndarray, np.ndarray]], paths: np.ndarray, written: list[int]
+    ) -> None:
+        """``blocks``: per block, its entries ``(rows, ...)`` and the ``(BLOCK + 1,)`` offsets of its steps."""
         self._blocks, self.paths, self._written = blocks, paths, written
 
     @classmethod
@@ -135,21 +141,30 @@ class StepCache:
     def steps(self) -> int:
         return self.paths.shape[0]
 
+    @property
+    def entries(self) -> int:
+        """Entries stored (for tests and benchmarks)."""
+        return sum(block.shape[0] for block, _ in self._blocks)
+
     def append(self, entry: np.ndarray) -> StepCache:
         """This cache with one more step, ``entry`` ``(N, ...)`` for its current rows."""
         t, rows = self.steps, entry.shape[0]
         blocks = self._blocks
         if self._written[0] != t:  # another successor extended this cache already: branch off a copy
-            blocks = [block.copy() for block in blocks]
+            blocks = [(block.copy(), offsets) for block, offsets in blocks]
         written = self._written if blocks is self._blocks else [t]
         paths = np.empty((t + 1, rows), np.int64)
         paths[:t] = self.paths
         paths[t] = np.arange(rows)
-        if t % self.BLOCK == 0:
-            width = max([rows, *(b.shape[1] for b in blocks)])
-            blocks = [*_compacted(blocks, paths[:t]), np.empty((self.BLOCK, width, *entry.shape[1:]), np.float32)]
-            written = [t]
-        blocks[-1][t % self.BLOCK, :rows] = entry
+        if t % self.BLOCK == 0:  # (rows only shrink in a search: the first step's rows fit every later step's)
+            offsets = np.arange(self.BLOCK + 1) * rows
+            block = np.empty((self.BLOCK * rows, *entry.shape[1:]), np.float32)  # pages taken as steps are written
+            blocks, written = [*_compacted(blocks, paths[:t]), (block, offsets)], [t]
+        block, offsets = blocks[-1]
+        at = offsets[t % self.BLOCK]
+        if rows > offsets[t % self.BLOCK + 1] - at:
+            raise ValueError(f"a step of {rows} rows after one of {offsets[1] - offsets[0]}: rows only shrink")
+        block[at : at + rows] = entry
         written[0] = t + 1
         return StepCache(blocks, paths, written)
 
@@ -160,39 +175,40 @@ class StepCache:
     def gather(self) -> np.ndarray:
         """``(t, N, ...)``: every step's entry of the current rows."""
         t, rows = self.paths.shape
-        first = self._blocks[0]
-        out = np.empty((t, rows, *first.shape[2:]), np.float32)
-        for b, block in enumerate(self._blocks):
+        out = np.empty((t, rows, *self._blocks[0][0].shape[1:]), np.float32)
+        for b, (block, offsets) in enumerate(self._blocks):
             start, stop = b * self.BLOCK, min((b + 1) * self.BLOCK, t)
             if start >= t:
                 break
-            flat = block.reshape(self.BLOCK * block.shape[1], *block.shape[2:])
-            index = np.arange(stop - start)[:, None] * block.shape[1] + self.paths[start:stop]
-            np.take(flat, index.reshape(-1), axis=0, out=out[start:stop].reshape(-1, *block.shape[2:]))
+            index = offsets[: stop - start, None] + self.paths[start:stop]
+            np.take(block, index.reshape(-1), axis=0, out=out[start:stop].reshape(-1, *block.shape[1:]))
         return out
 
 
-def _compacted(blocks: list[np.ndarray], paths: np.ndarray) -> list[np.ndarray]:
-    """Full ``blocks`` of a :class:`StepCache` with the entries no row's path reaches left out, where that saves a
-    quarter of a block or more; ``paths`` ``(t, N)`` (all the blocks' steps) is rewritten in place to match.
-
-    A beam's hypotheses soon share their older tokens, so an old step is reached from a few rows, not all of them:
-    storing only those is the cache's memory (the gather is unchanged: it reads the same entries). The blocks
+def _compacted(
+    blocks: list[tuple[np.ndarray, np.ndarray]], paths: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Full ``blocks`` of a :class:`StepCache` without the entries no row's path reaches, where that saves a quarter
+    of a block or more; ``paths`` ``(t, N)`` (all the blocks' steps) is rewritten in place to match. The blocks
     themselves are never written (other caches may share them): a compacted block is a new array."""
     if not blocks:
         return blocks
+    B = StepCache.BLOCK
     t = paths.shape[0]
-    width = max(b.shape[1] for b in blocks)
+    width = max(int(np.diff(offsets).max()) for _, offsets in blocks)
     steps = np.arange(t)[:, None]
     used = np.zeros((t, width), bool)
     used[steps, paths] = True
-    rank = np.cumsum(used, axis=1) - 1  # an entry's row in its compacted step
-    needed = used.sum(axis=1).reshape(-1, StepCache.BLOCK).max(axis=1)
+    rank = np.cumsum(used, axis=1) - 1  # an entry's row in its step once compacted
+    counts = used.sum(axis=1).reshape(-1, B)
     out = list(blocks)
-    for b in np.flatnonzero(needed * 4 <= np.array([block.shape[1] for block in blocks]) * 3):
-        block, span = blocks[b], slice(b * StepCache.BLOCK, (b + 1) * StepCache.BLOCK)
-        step, row = np.nonzero(used[span, : block.shape[1]])
-        out[b] = np.empty((StepCache.BLOCK, int(needed[b]), *block.shape[2:]), np.float32)
-        out[b][step, rank[span][step, row]] = block[step, row]
-        paths[span] = rank[span][steps[: StepCache.BLOCK], paths[span]]
+    for b in np.flatnonzero(counts.sum(axis=1) * 4 <= np.array([block.shape[0] for block, _ in blocks]) * 3):
+        block, offsets = blocks[b]
+        span = slice(b * B, (b + 1) * B)
+        new_offsets = np.r_[0, np.cumsum(counts[b])]
+        step, row = np.nonzero(used[span])
+        compact = np.empty((new_offsets[-1], *block.shape[1:]), np.float32)
+        compact[new_offsets[step] + rank[span][step, row]] = block[offsets[step] + row]
+        out[b] = compact, new_offsets
+        paths[span] = rank[span][steps[:B], paths[span]]
     return out

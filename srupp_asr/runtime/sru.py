@@ -38,6 +38,7 @@ from srupp_asr.checks import (
 )
 from srupp_asr.runtime.ops import StepCache, Weights, attention, layer_norm, linear, mask_bias
 
+_GATE_SCALE = (np.float32(0.5), np.float32(0.5), np.float32(1.0))  # Wo's gates f and r halved (see SRUppLayer)
 HIGHWAY_STEPS = 16  # steps of the recurrence between computing their outputs h (a chunk that stays in the cache)
 # The torch encoder's options that only training reads: dropout, and highway_bias (a bias's initial value).
 TRAINING_OPTIONS = frozenset({"dropout", "attn_dropout", "highway_bias"})
@@ -75,23 +76,36 @@ class SRUppLayer:
         self.attention, self.bidirectional, self.causal = attention, bidirectional, causal
         self.dirs = 2 if bidirectional else 1
         nd, hd = self.dirs, D // self.dirs
-        self.wq = weights.take("wq.weight", (attn_dim, D))
+        # A layer run over whole sequences (the encoder's) keeps its two large matrices as stored (float16 in the
+        # built-in model: 17 MB less) and casts them at each call, a fraction of a millisecond beside the layer's
+        # work; a layer run a step at a time (the LM's) casts them once here.
+        at_rest = not causal
+        self.wq = weights.take("wq.weight", (attn_dim, D), keep_float16=at_rest)
         if attention:
             self.wk = weights.take("wk.weight", (attn_dim, attn_dim))
             self.wv = weights.take("wv.weight", (attn_dim, attn_dim))
             self.alpha = weights.take("alpha", (1,))[0]
         self.norm = weights.take("norm.weight", (attn_dim,)), weights.take("norm.bias", (attn_dim,))
         # Wo's rows are (column d, gate k) = 3d + k: split by gate and direction, the f and r parts halved (exact: a
-        # power of two), as are their biases and recurrent weights.
-        half = np.array([0.5, 0.5, 1.0], np.float32)[:, None, None, None]
-        wo = weights.take("wo.weight", (3 * D, attn_dim)).reshape(nd, hd, 3, attn_dim).transpose(2, 0, 3, 1) * half
-        self.wo = [[np.ascontiguousarray(w) for w in gate] for gate in wo]  # [gate][direction]: (d', hd)
+        # power of two, done as they are cast to float32), as are their biases and recurrent weights.
+        wo = weights.take("wo.weight", (3 * D, attn_dim), keep_float16=at_rest)
+        wo = wo.reshape(nd, hd, 3, attn_dim).transpose(2, 0, 3, 1)
+        self._wo = [[np.ascontiguousarray(w) for w in gate] for gate in wo]  # [gate][direction]: (d', hd)
+        self._wo32 = None
+        if not at_rest:
+            self._wo32 = self._gate_weights()
         self.wc = (0.5 * weights.take("weight_c", (2, D))).reshape(2, 1, nd, hd)
         self.bias = (0.5 * weights.take("bias", (2, D))).reshape(2, 1, nd, hd)
 
+    def _gate_weights(self) -> list[list[np.ndarray]]:
+        """Wo as float32 ``[gate][direction]`` ``(d', hd)`` matrices, the f and r gates' halved."""
+        if self._wo32 is not None:
+            return self._wo32
+        return [[np.multiply(w, _GATE_SCALE[k], dtype=np.float32) for w in gate] for k, gate in enumerate(self._wo)]
+
     def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """``x`` ``(L, B, D)``; ``mask`` ``(L, B)`` bool, True on real steps (None: none padded) -> ``h``."""
-        q = linear(x, self.wq)
+        q = linear(x, self.wq.astype(np.float32, copy=False))
         if self.attention:
             q = q + self.alpha * self._attend(q, self._attention_bias(mask, x.shape[0]))
         return self._recurrence(layer_norm(q, *self.norm), x, mask, None)[0]
@@ -124,9 +138,10 @@ class SRUppLayer:
         # u[gate, t, b, direction]: step t of the backward direction is time L-1-t.
         u = np.empty((3, L, B, nd, hd), np.float32)
         rows = [y.reshape(L * B, -1)] + ([y[::-1].reshape(L * B, -1)] if nd == 2 else [])  # in each direction's order
+        wo = self._gate_weights()
         for k in range(3):
             for s in range(nd):
-                np.matmul(rows[s], self.wo[k][s], out=u[k, :, :, s].reshape(L * B, hd))
+                np.matmul(rows[s], wo[k][s], out=u[k, :, :, s].reshape(L * B, hd))
         if mask is not None:
             padded = ~np.stack([mask, mask[::-1]][:nd], -1)  # (L, B, nd)
             u[0][padded] = np.inf  # f = 1 (tanh(inf) = 1 exactly) and candidate 0: c[t] = c[t-1] exactly
@@ -159,7 +174,7 @@ class SRUppLayer:
         if not self.causal:
             raise RuntimeError("step() needs a causal layer (causal=True)")
         B, _ = x.shape
-        q = linear(x, self.wq)
+        q = linear(x, self.wq.astype(np.float32, copy=False))
         cache = None
         if self.attention:
             heads, dh = self.num_heads, self.attn_dim // self.num_heads
