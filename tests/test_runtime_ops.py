@@ -37,6 +37,8 @@ def test_the_step_cache_keeps_only_the_entries_its_rows_still_reach():
         np.testing.assert_array_equal(cache.gather(), plain)
     # the first two blocks: one reachable row a step (all rows descend from row 0), the last ones whole
     assert cache.entries == 2 * StepCache.BLOCK + 2 * StepCache.BLOCK * rows
+
+
 def test_a_second_extension_of_one_cache_branches_and_leaves_the_first_intact():
     first = StepCache.start(np.zeros((2, 1), np.float32)).append(np.ones((2, 1), np.float32))
     a = first.append(np.full((2, 1), 2.0, np.float32))

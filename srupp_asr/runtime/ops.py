@@ -126,9 +126,7 @@ class StepCache:
 
     BLOCK = 16
 
-    def __init__(
-        self, blocks: list[tuple[np.ndarray, np.ndarray]], paths: np.ndarray, written: list[int]
-    ) -> None:
+    def __init__(self, blocks: list[tuple[np.ndarray, np.ndarray]], paths: np.ndarray, written: list[int]) -> None:
         """``blocks``: per block, its entries ``(rows, ...)`` and the ``(BLOCK + 1,)`` offsets of its steps."""
         self._blocks, self.paths, self._written = blocks, paths, written
 
@@ -185,9 +183,7 @@ class StepCache:
         return out
 
 
-def _compacted(
-    blocks: list[tuple[np.ndarray, np.ndarray]], paths: np.ndarray
-) -> list[tuple[np.ndarray, np.ndarray]]:
+def _compacted(blocks: list[tuple[np.ndarray, np.ndarray]], paths: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """Full ``blocks`` of a :class:`StepCache` without the entries no row's path reaches, where that saves a quarter
     of a block or more; ``paths`` ``(t, N)`` (all the blocks' steps) is rewritten in place to match. The blocks
     themselves are never written (other caches may share them): a compacted block is a new array."""
