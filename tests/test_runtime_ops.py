@@ -39,6 +39,23 @@ def test_the_step_cache_keeps_only_the_entries_its_rows_still_reach():
     assert cache.entries == 2 * StepCache.BLOCK + 2 * StepCache.BLOCK * rows
 
 
+@pytest.mark.parametrize("chunk_bytes", [StepCache.CHUNK_BYTES, 1])  # one chunk; a block at a time
+def test_attending_over_the_step_cache_is_attention_over_its_gathered_keys_and_values(monkeypatch, chunk_bytes):
+    monkeypatch.setattr(StepCache, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(2)
+    rows, heads, d_head = 6, 2, 4
+    cache = StepCache.start(rng.standard_normal((rows, 2, heads, d_head)).astype(np.float32))
+    for step in range(1, 2 * StepCache.BLOCK + 5):
+        cache = cache.select(rng.integers(0, rows, rows)).append(
+            rng.standard_normal((rows, 2, heads, d_head)).astype(np.float32)
+        )
+        q = rng.standard_normal((rows, heads, 1, d_head)).astype(np.float32)
+        kv = cache.gather()
+        want = attention(q, kv[:, :, 0].transpose(1, 2, 0, 3), kv[:, :, 1].transpose(1, 2, 0, 3))
+        np.testing.assert_allclose(cache.attend(q), want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(cache.gather(step // 2, None, 1), kv[step // 2 :, :, 1])
+
+
 def test_a_second_extension_of_one_cache_branches_and_leaves_the_first_intact():
     first = StepCache.start(np.zeros((2, 1), np.float32)).append(np.ones((2, 1), np.float32))
     a = first.append(np.full((2, 1), 2.0, np.float32))

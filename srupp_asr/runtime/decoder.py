@@ -170,9 +170,7 @@ class TransformerDecoder:
             else:
                 layer_cache = (cache[i] if order is None else cache[i].select(order)).append(entry)
             new_cache.append(layer_cache)
-            kv = layer_cache.gather()  # (position + 1, N, 2, heads, d_head)
-            q = qkv[:, :d].reshape(N, H, 1, d // H)
-            a = attention(q, kv[:, :, 0].transpose(1, 2, 0, 3), kv[:, :, 1].transpose(1, 2, 0, 3))
+            a = layer_cache.attend(qkv[:, :d].reshape(N, H, 1, d // H))
             h = x + linear(a.reshape(N, d), *layer.self_out)
             q = self._heads(linear(layer_norm(h, *layer.norm_cross), *layer.cross_q), n)  # (n, H, N / n, d_head)
             a = attention(q, *memory_kv[i], memory_bias).transpose(0, 2, 1, 3)

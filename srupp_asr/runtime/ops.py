@@ -125,6 +125,7 @@ class StepCache:
     it; a second extension of the same cache (a branch) copies the blocks first, so every cache stays valid."""
 
     BLOCK = 16
+    CHUNK_BYTES = 4 << 20  # the most keys (or values) :meth:`attend` gathers at once
 
     def __init__(self, blocks: list[tuple[np.ndarray, np.ndarray]], paths: np.ndarray, written: list[int]) -> None:
         """``blocks``: per block, its entries ``(rows, ...)`` and the ``(BLOCK + 1,)`` offsets of its steps."""
@@ -170,16 +171,38 @@ class StepCache:
         """The cache of rows ``rows`` (indices of the current rows, in that order, repeats allowed)."""
         return StepCache(self._blocks, self.paths[:, rows], self._written)
 
-    def gather(self) -> np.ndarray:
-        """``(t, N, ...)``: every step's entry of the current rows."""
+    def gather(self, first: int = 0, stop: int | None = None, part: int | None = None) -> np.ndarray:
+        """``(stop - first, N, ...)``: the entries of the current rows at steps ``[first, stop)`` (default: every
+        step), or of their ``part`` only (an index into each entry's first axis: 0 keys, 1 values)."""
+        rows = self.paths.shape[1]
+        stop = self.steps if stop is None else stop
+        shape = self._blocks[0][0].shape[1:] if part is None else self._blocks[0][0].shape[2:]
+        out = np.empty((stop - first, rows, *shape), np.float32)
+        for b in range(first // self.BLOCK, -(-stop // self.BLOCK)):
+            block, offsets = self._blocks[b]
+            a, z = max(first, b * self.BLOCK), min(stop, (b + 1) * self.BLOCK)
+            index = offsets[a - b * self.BLOCK : z - b * self.BLOCK, None] + self.paths[a:z]
+            source = block if part is None else block[:, part]
+            np.take(source, index.reshape(-1), axis=0, out=out[a - first : z - first].reshape(-1, *shape))
+        return out
+
+    def attend(self, q: np.ndarray) -> np.ndarray:
+        """:func:`attention` of ``q`` ``(N, heads, 1, d_head)`` over the keys and values of every step (entries
+        ``(N, 2, heads, d_head)``), without gathering them all at once: the scores from the keys of a few blocks at a
+        time, then the values likewise, at most :data:`CHUNK_BYTES` gathered at once (a whole gather was 2-3 times
+        the compacted cache). The same scores and softmax; past one chunk the values' sum is added up by chunk."""
         t, rows = self.paths.shape
-        out = np.empty((t, rows, *self._blocks[0][0].shape[1:]), np.float32)
-        for b, (block, offsets) in enumerate(self._blocks):
-            start, stop = b * self.BLOCK, min((b + 1) * self.BLOCK, t)
-            if start >= t:
-                break
-            index = offsets[: stop - start, None] + self.paths[start:stop]
-            np.take(block, index.reshape(-1), axis=0, out=out[start:stop].reshape(-1, *block.shape[1:]))
+        blocks = max(1, self.CHUNK_BYTES // (self.BLOCK * rows * self._blocks[0][0][0, 0].nbytes))
+        chunks = [(a, min(a + blocks * self.BLOCK, t)) for a in range(0, t, blocks * self.BLOCK)]
+        scores = np.empty((*q.shape[:-1], t), np.float32)
+        for a, z in chunks:
+            scores[..., a:z] = q @ self.gather(a, z, 0).transpose(1, 2, 3, 0)
+        scores *= np.float32(1.0 / np.sqrt(q.shape[-1]))
+        weights = softmax(scores)
+        out = None
+        for a, z in chunks:
+            part = weights[..., a:z] @ self.gather(a, z, 1).transpose(1, 2, 0, 3)
+            out = part if out is None else np.add(out, part, out=out)
         return out
 
 

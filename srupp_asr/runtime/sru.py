@@ -180,9 +180,7 @@ class SRUppLayer:
             heads, dh = self.num_heads, self.attn_dim // self.num_heads
             entry = np.stack([linear(q, self.wk), linear(q, self.wv)], 1).reshape(B, 2, heads, dh)
             cache = StepCache.start(entry) if state is None or state.cache is None else state.cache.append(entry)
-            kv = cache.gather()  # (t, B, 2, heads, dh)
-            keys, values = kv[:, :, 0].transpose(1, 2, 0, 3), kv[:, :, 1].transpose(1, 2, 0, 3)
-            q = q + self.alpha * attention(q.reshape(B, heads, 1, dh), keys, values).reshape(B, self.attn_dim)
+            q = q + self.alpha * cache.attend(q.reshape(B, heads, 1, dh)).reshape(B, self.attn_dim)
         h, c = self._recurrence(layer_norm(q, *self.norm)[None], x[None], None, None if state is None else state.c)
         return h[0], LayerState(c, cache)
 
