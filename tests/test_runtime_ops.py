@@ -39,13 +39,13 @@ def test_the_step_cache_keeps_only_the_entries_its_rows_still_reach():
     assert cache.entries == 2 * StepCache.BLOCK + 2 * StepCache.BLOCK * rows
 
 
-@pytest.mark.parametrize("chunk_bytes", [StepCache.CHUNK_BYTES, 1])  # one chunk; a block at a time
+@pytest.mark.parametrize("chunk_bytes", [StepCache.CHUNK_BYTES, 7000, 1])  # one gather; 2 blocks; 1
 def test_attending_over_the_step_cache_is_attention_over_its_gathered_keys_and_values(monkeypatch, chunk_bytes):
     monkeypatch.setattr(StepCache, "CHUNK_BYTES", chunk_bytes)
     rng = np.random.default_rng(2)
     rows, heads, d_head = 6, 2, 4
     cache = StepCache.start(rng.standard_normal((rows, 2, heads, d_head)).astype(np.float32))
-    for step in range(1, 2 * StepCache.BLOCK + 5):
+    for step in range(1, 3 * StepCache.BLOCK + 5):
         cache = cache.select(rng.integers(0, rows, rows)).append(
             rng.standard_normal((rows, 2, heads, d_head)).astype(np.float32)
         )

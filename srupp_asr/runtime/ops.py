@@ -190,8 +190,12 @@ class StepCache:
         """:func:`attention` of ``q`` ``(N, heads, 1, d_head)`` over the keys and values of every step (entries
         ``(N, 2, heads, d_head)``), without gathering them all at once: the scores from the keys of a few blocks at a
         time, then the values likewise, at most :data:`CHUNK_BYTES` gathered at once (a whole gather was 2-3 times
-        the compacted cache). The same scores and softmax; past one chunk the values' sum is added up by chunk."""
+        the compacted cache), once keys and values together exceed twice that (below, one gather is faster). The same
+        scores and softmax; past one chunk the values' sum is added up by chunk."""
         t, rows = self.paths.shape
+        if t * rows * self._blocks[0][0][0].nbytes <= 2 * self.CHUNK_BYTES:  # small enough to gather at once
+            kv = self.gather()
+            return attention(q, kv[:, :, 0].transpose(1, 2, 0, 3), kv[:, :, 1].transpose(1, 2, 0, 3))
         blocks = max(1, self.CHUNK_BYTES // (self.BLOCK * rows * self._blocks[0][0][0, 0].nbytes))
         chunks = [(a, min(a + blocks * self.BLOCK, t)) for a in range(0, t, blocks * self.BLOCK)]
         scores = np.empty((*q.shape[:-1], t), np.float32)
