@@ -9,7 +9,7 @@ at a time. Each recording is transcribed in a fresh process, twice:
 - ``whole``: ``--max-chunk-seconds`` above the length, so the whole recording is decoded at once (the peer).
 
 Memory is the child's peak resident set size (``os.wait4``'s ``ru_maxrss``); the table also gives it above a
-baseline, the same command on a 5 s recording (Python, torch and the model), which is what the audio costs.
+baseline, the same command on a 5 s recording (Python, the libraries and the model), which is what the audio costs.
 Each process's address space is capped (``--max-memory-gb``), so a run that needs more fails with an allocation
 error (shown in the table) instead of waking the kernel's OOM killer on a shared machine.
 
@@ -19,6 +19,7 @@ one would, or fewer, so ``--model`` with a real model is the honest measure of t
 
     python benchmarks/transcribe_memory.py                       # 1, 10, 60 min; about 10 min on 2 CPU cores
     python benchmarks/transcribe_memory.py --minutes 1 10 --model exp/synth_en/model --decoding ctc_prefix_beam
+    python benchmarks/transcribe_memory.py --engine torch       # transcribe's torch engine (default: auto)
 """
 
 from __future__ import annotations
@@ -91,7 +92,16 @@ def write_recording(path: Path, seconds: float, pattern: np.ndarray) -> None:
 
 
 def random_model(folder: Path) -> Path:
-    """A randomly initialised model directory of the overfit test model's size (tests/test_training_acceptance.py)."""
+    """A randomly initialised model directory of the overfit test model's size (tests/test_training_acceptance.py),
+    made in a child process: this one must not import torch, because a child's peak RSS starts at the size of the
+    process it was forked from (Linux counts the parent's pages until the exec)."""
+    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import transcribe_memory as t; "
+    subprocess.run([sys.executable, "-c", code + f"t._make_random_model(t.Path({str(folder)!r}))"], check=True)
+    return folder / "model"
+
+
+def _make_random_model(folder: Path) -> Path:
+    """:func:`random_model`'s work, in the child."""
     import torch
 
     from srupp_asr.model import ASRModel
@@ -117,15 +127,14 @@ def measure(audio: Path, model: Path, out_dir: Path, max_chunk: float, args: arg
     words; ``failed`` says why when the process did not finish (killed for memory, say)."""
     cmd = [sys.executable, "-m", "srupp_asr.cli", "transcribe", "-q", "--model", str(model), "--device", args.device]
     cmd += ["--decoding", args.decoding, "--threads", str(args.threads), "--max-chunk-seconds", str(max_chunk)]
-    cmd += ["-f", "json", "-o", str(out_dir), str(audio)] + (["--vad"] if args.vad else [])
+    cmd += ["--engine", args.engine, "-f", "json", "-o", str(out_dir), str(audio)] + (["--vad"] if args.vad else [])
+    if args.device == "cpu":
+        # An allocation beyond the cap fails in the child instead of calling the OOM killer (set by the shell the
+        # child is exec'ed from: no preexec_fn, which is not safe with threads). CUDA reserves far more address
+        # space than it uses: no cap there (the GPU's own memory bounds the run).
+        cmd = ["bash", "-c", f'ulimit -v {int(args.max_memory_gb * 2**20)} && exec "$@"', "bash", *cmd]
     begin = time.perf_counter()
-    limit = int(args.max_memory_gb * 2**30)
-
-    def cap_memory() -> None:  # an allocation beyond the cap fails in the child instead of calling the OOM killer
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    # CUDA reserves far more address space than it uses: no cap there (the GPU's own memory bounds the run).
-    child = subprocess.Popen(cmd, stderr=subprocess.PIPE, preexec_fn=cap_memory if args.device == "cpu" else None)
+    child = subprocess.Popen(cmd, stderr=subprocess.PIPE)
     err = child.stderr.read().decode()  # before waiting: a full pipe would block the child
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - begin
@@ -145,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--minutes", type=float, nargs="+", default=[1.0, 10.0, 60.0])
     p.add_argument("--model", type=Path, help="model directory (default: a random model of the overfit size)")
     p.add_argument("--decoding", default="ctc_greedy")
+    p.add_argument("--engine", default="auto", choices=["auto", "numpy", "torch"], help="transcribe's --engine")
     p.add_argument("--device", default="cpu", help="cpu or cuda (no address-space cap on cuda)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-chunk-seconds", type=float, default=600.0, help="the budget of the budget rows")
@@ -161,11 +171,14 @@ def main(argv: list[str] | None = None) -> None:
         write_recording(base_audio, BASELINE_SECONDS, pattern)
         baseline = measure(base_audio, model, folder / "out", args.max_chunk_seconds, args)["rss"]
         print(
-            f"model: {args.model or 'random, overfit-test size'}; decoding {args.decoding}; {args.threads} threads; "
+            f"model: {args.model or 'random, overfit-test size'}; decoding {args.decoding}; engine {args.engine}; "
+            f"{args.threads} threads; "
             f"budget {args.max_chunk_seconds:g} s{' + VAD' if args.vad else ''}; "
             f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
         )
-        print(f"baseline (a {BASELINE_SECONDS:g} s recording): peak RSS {baseline:,.0f} MiB\n")
+        floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # counted in each child until its exec
+        print(f"baseline (a {BASELINE_SECONDS:g} s recording): peak RSS {baseline:,.0f} MiB")
+        print(f"this script's own RSS, a floor under every row: {floor:,.0f} MiB\n")
         print("| recording | mode | chunks | words | peak RSS MiB | above baseline MiB | vs whole | wall s | RTF |")
         print("|---|---|---|---|---|---|---|---|---|", flush=True)
         for minutes in args.minutes:

@@ -15,6 +15,7 @@ from srupp_asr.decoding.settings import DEFAULT_OPTIONS
 from srupp_asr.errors import UserError
 from srupp_asr.loading import LoadedModel
 from srupp_asr.model import ASRModel
+from srupp_asr.runtime import engine
 from srupp_asr.runtime.engine import NumpyASR
 from srupp_asr.tokenizer import Tokenizer
 
@@ -62,6 +63,15 @@ def test_the_numpy_runtime_decodes_as_torch(engines, speech, options):
         assert [w.word for w in ours.words] == [w.word for w in theirs.words]
         assert [w.start for w in ours.words] == pytest.approx([w.start for w in theirs.words])
         assert [w.confidence for w in ours.words] == pytest.approx([w.confidence for w in theirs.words], abs=1e-3)
+
+
+def test_the_filterbank_in_blocks_of_frames_is_the_filterbank_at_once(engines, speech, monkeypatch):
+    net = engines[0].net
+    whole = net.features(speech)
+    monkeypatch.setattr(engine, "FBANK_BLOCK_FRAMES", 7)  # blocks that end anywhere in a word
+    blocks = net.features(speech)
+    np.testing.assert_array_equal(blocks[1], whole[1])
+    np.testing.assert_array_equal(blocks[0], whole[0])
 
 
 def test_auto_is_numpy_on_the_cpu_in_float32_and_torch_otherwise(engines):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from srupp_asr.runtime import ops
 from srupp_asr.runtime.ops import StepCache, Weights, WeightsError, attention, layer_norm, linear, log_softmax
 
 
@@ -54,6 +55,19 @@ def test_attending_over_the_step_cache_is_attention_over_its_gathered_keys_and_v
         want = attention(q, kv[:, :, 0].transpose(1, 2, 0, 3), kv[:, :, 1].transpose(1, 2, 0, 3))
         np.testing.assert_allclose(cache.attend(q), want, rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(cache.gather(step // 2, None, 1), kv[step // 2 :, :, 1])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_in_blocks_of_queries_is_attention_at_once(monkeypatch, causal):
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((2, 3, 11, 4)).astype(np.float32) for _ in range(3))
+    if causal:
+        bias = np.where(np.tril(np.ones((11, 11), bool)), np.float32(0), np.float32(-np.inf))
+    else:
+        bias = np.where(np.arange(11) < np.array([[11], [6]]), np.float32(0), np.float32(-np.inf))[:, None, None]
+    whole = attention(q, k, v, bias)
+    monkeypatch.setattr(ops, "ATTENTION_SCORE_BYTES", 2 * 3 * 11 * 4 * 3)  # three queries' scores at a time
+    np.testing.assert_allclose(attention(q, k, v, bias), whole, rtol=1e-6, atol=1e-7)
 
 
 def test_a_second_extension_of_one_cache_branches_and_leaves_the_first_intact():

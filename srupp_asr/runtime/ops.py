@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
+ATTENTION_SCORE_BYTES = 32 << 20  # the most attention scores computed at once (see attention)
 
 
 class WeightsError(ValueError):
@@ -97,7 +98,34 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """Scaled dot-product attention over the last two axes: ``softmax(q k^T / sqrt(d) + bias) v``; ``bias`` is 0
-    where a key may be seen and -inf where not (broadcast to ``(..., Lq, Lk)``)."""
+    where a key may be seen and -inf where not (broadcast to ``(..., Lq, Lk)``).
+
+    The queries go a block at a time, so that the scores never take more than :data:`ATTENTION_SCORE_BYTES` (as
+    torch's CPU kernel does): a 10-minute chunk's encoder attends over 15,000 frames, whose whole score matrix
+    would take 0.9 GB a head. Each query's row is computed as it would be at once."""
+    lq, lk = q.shape[-2], k.shape[-2]
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    rows = max(1, ATTENTION_SCORE_BYTES // (4 * lk * max(1, int(np.prod(lead)))))
+    if rows >= lq:
+        return _attention(q, k, v, bias)
+    out = np.empty((*lead, lq, v.shape[-1]), np.float32)
+    keys = np.swapaxes(k, -1, -2)
+    for a in range(0, lq, rows):
+        part = None if bias is None else bias if bias.shape[-2] == 1 else bias[..., a : a + rows, :]
+        # In place, and normalised after the product with v (a row of d_head, not of lk): 4 passes over the scores
+        # instead of 7, within float32 rounding of _attention's.
+        scores = q[..., a : a + rows, :] @ keys
+        scores *= np.float32(1.0 / np.sqrt(q.shape[-1]))
+        if part is not None:
+            scores += part
+        scores -= scores.max(-1, keepdims=True)
+        np.exp(scores, out=scores)
+        total = scores.sum(-1, keepdims=True)
+        np.divide(np.matmul(scores, v), total, out=out[..., a : a + rows, :])
+    return out
+
+
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     scores = q @ np.swapaxes(k, -1, -2)
     scores *= np.float32(1.0 / np.sqrt(q.shape[-1]))
     if bias is not None:

@@ -174,7 +174,7 @@ class SRUppLayer:
         if not self.causal:
             raise RuntimeError("step() needs a causal layer (causal=True)")
         B, _ = x.shape
-        q = linear(x, self.wq.astype(np.float32, copy=False))
+        q = linear(x, self.wq)  # (float32: a causal layer casts its weights once)
         cache = None
         if self.attention:
             heads, dh = self.num_heads, self.attn_dim // self.num_heads
