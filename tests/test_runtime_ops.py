@@ -57,8 +57,10 @@ def test_attending_over_the_step_cache_is_attention_over_its_gathered_keys_and_v
         np.testing.assert_array_equal(cache.gather(step // 2, None, 1), kv[step // 2 :, :, 1])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("causal", [False, True])
-def test_attention_in_blocks_of_queries_is_attention_at_once(monkeypatch, causal):
+def test_attention_in_blocks_of_queries_is_attention_at_once(monkeypatch, causal, threads):
+    monkeypatch.setattr(ops, "cpu_threads", lambda: threads)  # blocks one after the other, or on two threads
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((2, 3, 11, 4)).astype(np.float32) for _ in range(3))
     if causal:

@@ -9,8 +9,11 @@ at a time, so that a weight missing, of the wrong shape, or left over is found w
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from srupp_asr.threads import cpu_threads, one_thread
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
 ATTENTION_SCORE_BYTES = 32 << 20  # the most attention scores computed at once (see attention)
@@ -110,18 +113,31 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | No
         return _attention(q, k, v, bias)
     out = np.empty((*lead, lq, v.shape[-1]), np.float32)
     keys = np.swapaxes(k, -1, -2)
-    for a in range(0, lq, rows):
+    scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
+
+    def block(a: int) -> None:
         part = None if bias is None else bias if bias.shape[-2] == 1 else bias[..., a : a + rows, :]
         # In place, and normalised after the product with v (a row of d_head, not of lk): 4 passes over the scores
         # instead of 7, within float32 rounding of _attention's.
         scores = q[..., a : a + rows, :] @ keys
-        scores *= np.float32(1.0 / np.sqrt(q.shape[-1]))
+        scores *= scale
         if part is not None:
             scores += part
         scores -= scores.max(-1, keepdims=True)
         np.exp(scores, out=scores)
         total = scores.sum(-1, keepdims=True)
         np.divide(np.matmul(scores, v), total, out=out[..., a : a + rows, :])
+
+    starts = range(0, lq, rows)
+    threads = cpu_threads()
+    if threads == 1 or len(starts) == 1:
+        for a in starts:
+            block(a)
+        return out
+    # Blocks on every compute thread, each on one BLAS thread: the passes over the scores (numpy runs them on one
+    # core) are then as parallel as the products.
+    with one_thread(), ThreadPoolExecutor(threads) as pool:
+        list(pool.map(block, starts))
     return out
 
 
