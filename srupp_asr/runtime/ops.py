@@ -1,4 +1,4 @@
-"""The numpy building blocks the runtime's networks share: a linear layer, layer norm, (log-)softmax and
+"""The numpy building blocks the runtime's networks share: a linear layer, layer norm, log-softmax and
 scaled dot-product attention, each computing what its torch counterpart computes (``torch.nn.Linear``,
 ``torch.nn.LayerNorm``, ``torch.log_softmax``, ``torch.nn.functional.scaled_dot_product_attention``) in float32.
 
@@ -92,13 +92,6 @@ def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    peak = np.max(x, axis=axis, keepdims=True)
-    e = np.exp(x - peak)
-    e /= np.sum(e, axis=axis, keepdims=True)
-    return e
-
-
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """Scaled dot-product attention over the last two axes: ``softmax(q k^T / sqrt(d) + bias) v``; ``bias`` is 0
     where a key may be seen and -inf where not (broadcast to ``(..., Lq, Lk)``).
@@ -112,21 +105,10 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | No
     if rows >= lq:
         return _attention(q, k, v, bias)
     out = np.empty((*lead, lq, v.shape[-1]), np.float32)
-    keys = np.swapaxes(k, -1, -2)
-    scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
 
     def block(a: int) -> None:
         part = None if bias is None else bias if bias.shape[-2] == 1 else bias[..., a : a + rows, :]
-        # In place, and normalised after the product with v (a row of d_head, not of lk): 4 passes over the scores
-        # instead of 7, within float32 rounding of _attention's.
-        scores = q[..., a : a + rows, :] @ keys
-        scores *= scale
-        if part is not None:
-            scores += part
-        scores -= scores.max(-1, keepdims=True)
-        np.exp(scores, out=scores)
-        total = scores.sum(-1, keepdims=True)
-        np.divide(np.matmul(scores, v), total, out=out[..., a : a + rows, :])
+        _attention(q[..., a : a + rows, :], k, v, part, out[..., a : a + rows, :])
 
     starts = range(0, lq, rows)
     threads = cpu_threads()
@@ -141,12 +123,18 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | No
     return out
 
 
-def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+def _attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None, out: np.ndarray | None = None
+) -> np.ndarray:
+    """:func:`attention` of all the queries at once (into ``out``): the scores in place, and normalised after the
+    product with v (a row of d_head, not of Lk): 4 passes over the scores, not 7 as softmax then product."""
     scores = q @ np.swapaxes(k, -1, -2)
     scores *= np.float32(1.0 / np.sqrt(q.shape[-1]))
     if bias is not None:
         scores += bias
-    return softmax(scores) @ v
+    scores -= scores.max(-1, keepdims=True)
+    np.exp(scores, out=scores)
+    return np.divide(scores @ v, scores.sum(-1, keepdims=True), out=out)
 
 
 def mask_bias(allowed: np.ndarray) -> np.ndarray:
@@ -235,7 +223,7 @@ class StepCache:
         ``(N, 2, heads, d_head)``), without gathering them all at once: the scores from the keys of a few blocks at a
         time, then the values likewise, at most :data:`CHUNK_BYTES` gathered at once (a whole gather was 2-3 times
         the compacted cache), once keys and values together exceed twice that (below, one gather is faster). The same
-        scores and softmax; past one chunk the values' sum is added up by chunk."""
+        scores and normalisation; past one chunk the values' sum is added up by chunk."""
         t, rows = self.paths.shape
         if t * rows * self._blocks[0][0][0].nbytes <= 2 * self.CHUNK_BYTES:  # small enough to gather at once
             kv = self.gather()
@@ -246,12 +234,13 @@ class StepCache:
         for a, z in chunks:
             scores[..., a:z] = q @ self.gather(a, z, 0).transpose(1, 2, 3, 0)
         scores *= np.float32(1.0 / np.sqrt(q.shape[-1]))
-        weights = softmax(scores)
+        scores -= scores.max(-1, keepdims=True)
+        np.exp(scores, out=scores)
         out = None
-        for a, z in chunks:
-            part = weights[..., a:z] @ self.gather(a, z, 1).transpose(1, 2, 0, 3)
+        for a, z in chunks:  # normalised at the end, as _attention does
+            part = scores[..., a:z] @ self.gather(a, z, 1).transpose(1, 2, 0, 3)
             out = part if out is None else np.add(out, part, out=out)
-        return out
+        return np.divide(out, scores.sum(-1, keepdims=True), out=out)
 
 
 def _compacted(blocks: list[tuple[np.ndarray, np.ndarray]], paths: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
