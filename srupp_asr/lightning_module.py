@@ -121,11 +121,14 @@ class ASRLightningModule(L.LightningModule):
             log.warning("model.cmvn is not set: training on un-normalised filterbank features")
         self.nonfinite_skipped = 0  # updates skipped over the whole run (kept in checkpoints)
         self._nonfinite_in_a_row = 0
+        self._pending: torch.Tensor | None = None  # the device's non-finite counters not yet read (_guard_on_device)
+        self._found_inf: torch.Tensor | None = None  # this update's skip flag on the device, over its micro-batches
         self._warned_unreachable = False  # the warning of _count_ctc_unreachable, once per process
         self._skip_backward = False
         self._wer_counts = [0, 0]  # word errors, reference words (this rank, this validation run)
         self._resumed_rng_states: dict[str, Any] | None = None
         self._resumed_gradients: dict[str, torch.Tensor] | None = None
+        self._resumed_found_inf: float | None = None
 
     def setup(self, stage: str) -> None:
         """At the start of a fit with ``init_from``, load its weights (fine-tuning, or training an exported model
@@ -146,7 +149,8 @@ class ASRLightningModule(L.LightningModule):
     # ---------------------------------------------------------------- training
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor | None:
-        """Joint loss of one batch; a batch whose loss is not finite on any rank is skipped on every rank."""
+        """Joint loss of one batch; a batch whose loss is not finite on any rank is skipped on every rank (by the
+        optimizer on the device where it can: :meth:`_skips_on_device`)."""
         batch_size = batch["audio"].size(0)
         out = None
         if batch_size > 0:  # the dataset leaves out cuts whose audio fails to load, possibly all of them
@@ -157,6 +161,8 @@ class ASRLightningModule(L.LightningModule):
             out = self.model.losses(enc, enc_lens, tokens, token_lens)
             if self.model.ctc is not None:
                 self._count_ctc_unreachable(enc_lens, batch.get(HOST_TOKENS, tokens), token_lens, batch_size)
+        if self._skips_on_device():
+            return self._guard_on_device(out, batch_size)
         # Every rank must take the same decision or DDP's gradient all-reduce would wait forever. The flags are made
         # on the device (no blocking copy from the host) and read back at once: the step's one host sync.
         empty_flag = torch.full((), float(out is None), device=self.device)
@@ -175,13 +181,115 @@ class ASRLightningModule(L.LightningModule):
         self.log("train/nonfinite_skipped", skipped, batch_size=max(batch_size, 1))
         if empty or nonfinite:
             return self._skip_update()
+        self._log_training_metrics(out, batch_size)
+        return out["loss"]
+
+    def _log_training_metrics(self, out: dict[str, torch.Tensor | None], batch_size: int) -> None:
         metrics = {f"train/{k}": v.detach() for k, v in out.items() if v is not None}
         metrics["train/lr"] = torch.tensor(float(self.trainer.optimizers[0].param_groups[0]["lr"]))
         # Not prog_bar=True: Lightning would read a progress-bar value back to the host after every batch (a sync
         # per step); srupp_asr.progress.RunProgressBar shows train/loss from the callback metrics twice a second.
         self.log("train/loss", metrics.pop("train/loss"), batch_size=batch_size)
         self.log_dict(metrics, batch_size=batch_size)
+
+    # ------------------------------------------------- non-finite losses skipped on the device
+
+    def _skips_on_device(self) -> bool:
+        """Whether a non-finite loss can be skipped without the host reading it: the optimizer takes a ``found_inf``
+        flag (fused Adam and AdamW, as on CUDA: its kernel then leaves the weights, moments and step count alone)
+        and no GradScaler (fp16) sets a flag of its own."""
+        optimizers = self.trainer.optimizers
+        supports = len(optimizers) == 1 and getattr(optimizers[0], "_step_supports_amp_scaling", False)
+        return supports and getattr(self.trainer.precision_plugin, "scaler", None) is None
+
+    def _guard_on_device(self, out: dict[str, torch.Tensor | None] | None, batch_size: int) -> torch.Tensor | None:
+        """The non-finite guard with nothing read back: the batch's flags (summed over the ranks by a collective,
+        which does not wait for the device either) become the optimizer's ``found_inf`` for this update, and the
+        counters stay on the device until :meth:`_read_nonfinite`. Backward runs on a non-finite loss too; its
+        gradients are never applied."""
+        world_size = self.trainer.world_size
+        if out is None and world_size == 1:
+            return None  # an empty batch: nothing to add to the update, and this process alone needs to know
+        empty = torch.full((), float(out is None), device=self.device)
+        nonfinite = torch.zeros((), device=self.device) if out is None else (~torch.isfinite(out["loss"].detach()))
+        flags = torch.stack([empty, nonfinite.float()])
+        if world_size > 1:
+            flags = self.trainer.strategy.reduce(flags, reduce_op="sum")
+        empty, nonfinite = (flags > 0).float().unbind()
+        found_inf = torch.maximum(empty, nonfinite)
+        if self._found_inf is not None:  # an earlier micro-batch of this update
+            found_inf = torch.maximum(self._found_inf, found_inf)
+        self._found_inf = found_inf
+        self.trainer.optimizers[0].found_inf = found_inf
+        # The run of non-finite losses: one more, unchanged by an empty batch, ended by a finite one.
+        skipped, in_a_row, longest = self._nonfinite_pending.unbind()
+        in_a_row = nonfinite * (in_a_row + 1) + (1 - nonfinite) * empty * in_a_row
+        self._nonfinite_pending = torch.stack([skipped + nonfinite, in_a_row, torch.maximum(longest, in_a_row)])
+        self.log("train/nonfinite_skipped", skipped + nonfinite + self.nonfinite_skipped, batch_size=max(batch_size, 1))
+        if out is None:  # an empty batch on this rank under DDP: zero gradients, so that the all-reduce completes
+            return sum(p.reshape(-1)[:1].sum() for p in self.parameters() if p.requires_grad) * 0.0
+        self._log_training_metrics(out, batch_size)
         return out["loss"]
+
+    @property
+    def _nonfinite_pending(self) -> torch.Tensor:
+        """(skipped, in a row, longest run) of the non-finite losses since the last read, on the device."""
+        if self._pending is None or self._pending.device != self.device:
+            # Fills, not torch.tensor([...]): that would be a blocking copy from the host.
+            self._pending = torch.full((3,), float(self._nonfinite_in_a_row), device=self.device)
+            self._pending[0] = 0.0
+        return self._pending
+
+    @_nonfinite_pending.setter
+    def _nonfinite_pending(self, value: torch.Tensor) -> None:
+        self._pending = value
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        """Lightning's step; then this update's ``found_inf`` is cleared for the next."""
+        super().optimizer_step(*args, **kwargs)
+        if self._found_inf is not None:
+            self._found_inf = None
+            for optimizer in self.trainer.optimizers:
+                if hasattr(optimizer, "found_inf"):
+                    del optimizer.found_inf
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Read the device's non-finite counters when Lightning logs (it reads the device then anyway)."""
+        if self._pending is not None and (self.global_step % self.trainer.log_every_n_steps == 0):
+            self._read_nonfinite()
+
+    def on_train_epoch_end(self) -> None:
+        self._read_nonfinite()
+
+    def on_train_end(self) -> None:
+        self._read_nonfinite()
+
+    def _read_nonfinite(self) -> None:
+        """Fold the device's counters into ``nonfinite_skipped`` (one read); warn of the updates skipped since the
+        last read, and stop a run that has had ``max_consecutive_nonfinite`` in a row."""
+        if self._pending is None:
+            return
+        skipped, in_a_row, longest = (int(x) for x in self._pending.tolist())
+        self._pending = None
+        self.nonfinite_skipped += skipped
+        self._nonfinite_in_a_row = in_a_row
+        if skipped:
+            log.warning(
+                "loss not finite in %d batches up to step %d: their updates were skipped (%d in total)",
+                skipped,
+                self.global_step,
+                self.nonfinite_skipped,
+            )
+        self._check_divergence(longest)
+
+    def _check_divergence(self, in_a_row: int) -> None:
+        limit = self.hparams.max_consecutive_nonfinite
+        if in_a_row >= limit:
+            raise RuntimeError(
+                f"the loss was not finite for {in_a_row} batches in a row"
+                f" (model.max_consecutive_nonfinite={limit}); training has diverged. Lower model.lr or"
+                " trainer.gradient_clip_val, raise model.warmup_steps, or check the data and the CMVN stats."
+            )
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         """Lightning's transfer, except that a batch's ``audio_lens`` and ``token_lens`` stay on the host and a host
@@ -226,19 +334,13 @@ class ASRLightningModule(L.LightningModule):
     def _count_nonfinite(self) -> None:
         self.nonfinite_skipped += 1
         self._nonfinite_in_a_row += 1
-        limit = self.hparams.max_consecutive_nonfinite
         log.warning(
             "step %d: loss is not finite; update skipped (%d in a row, %d in total)",
             self.global_step,
             self._nonfinite_in_a_row,
             self.nonfinite_skipped,
         )
-        if self._nonfinite_in_a_row >= limit:
-            raise RuntimeError(
-                f"the loss was not finite for {self._nonfinite_in_a_row} batches in a row"
-                f" (model.max_consecutive_nonfinite={limit}); training has diverged. Lower model.lr or"
-                " trainer.gradient_clip_val, raise model.warmup_steps, or check the data and the CMVN stats."
-            )
+        self._check_divergence(self._nonfinite_in_a_row)
 
     def _skip_update(self) -> torch.Tensor | None:
         if self.trainer.world_size == 1:
@@ -277,6 +379,7 @@ class ASRLightningModule(L.LightningModule):
         """Keep the skipped-update counters, the random generators' states (every rank's) and, in the middle of an
         accumulation cycle, the gradients accumulated so far (every rank's) across a resume. Lightning calls this on
         every rank, and the ranks gather what they hold here (rank 0 writes the file)."""
+        self._read_nonfinite()
         checkpoint["nonfinite_skipped"] = self.nonfinite_skipped
         checkpoint["nonfinite_in_a_row"] = self._nonfinite_in_a_row
         states = rng_states()
@@ -290,6 +393,8 @@ class ASRLightningModule(L.LightningModule):
         if self._in_accumulation_cycle():
             grads = {n: p.grad.detach().cpu().clone() for n, p in self.named_parameters() if p.grad is not None}
             checkpoint["accumulated_gradients"] = self._gather(grads, world_size) if world_size > 1 else [grads]
+            if self._found_inf is not None:  # a non-finite micro-batch already in them: the update is to be skipped
+                checkpoint["accumulated_found_inf"] = float(self._found_inf)
 
     @staticmethod
     def _gather(obj: Any, world_size: int) -> list[Any]:
@@ -328,6 +433,7 @@ class ASRLightningModule(L.LightningModule):
         if grads is not None:
             if len(grads) == world_size:
                 self._resumed_gradients = grads[rank]
+                self._resumed_found_inf = checkpoint.get("accumulated_found_inf")
             else:
                 log.warning(
                     "the checkpoint was written in the middle of a gradient accumulation cycle by %d processes; this"
@@ -354,6 +460,10 @@ class ASRLightningModule(L.LightningModule):
                 param = params[name]
                 param.grad = grad.to(device=param.device, dtype=param.dtype).clone()
             self._resumed_gradients = None
+            if self._resumed_found_inf and self._skips_on_device():  # they hold a non-finite micro-batch's
+                self._found_inf = torch.ones((), device=self.device)
+                self.trainer.optimizers[0].found_inf = self._found_inf
+            self._resumed_found_inf = None
 
     # ---------------------------------------------------------------- validation
 

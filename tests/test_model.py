@@ -18,6 +18,7 @@ from srupp_asr.decoder import IGNORE_ID, TransformerDecoder
 from srupp_asr.encoders import build_encoder
 from srupp_asr.lightning_module import ASRLightningModule
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID, ASRModel, ctc_frames_needed
+from srupp_asr.schedulers import NoamLR
 from srupp_asr.sru import SRUppEncoder, SRUppLayer
 from tests.helpers import cpu_trainer
 from tests.reference import reference_recurrence
@@ -618,16 +619,30 @@ class _SyncCountingModule(ASRLightningModule):
         self.counts.append((dict(self.counter.syncs), sum(self.counter.inherent.values())))
 
 
+class _FusedSyncCountingModule(_SyncCountingModule):
+    """With fused Adam, as on CUDA: the non-finite guard then runs on the device (found_inf)."""
+
+    def configure_optimizers(self):
+        config = super().configure_optimizers()
+        hp = self.hparams
+        optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
+        config["optimizer"] = optimizer
+        config["lr_scheduler"]["scheduler"] = NoamLR(optimizer, warmup_steps=hp.warmup_steps)
+        return config
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["adam", "fused adam"])
 @pytest.mark.parametrize("ctc_weight", [0.3, 1.0])
-def test_a_training_step_reads_the_device_once(char_tokenizer, ctc_weight):
+def test_a_training_step_reads_the_device_once_or_never(char_tokenizer, ctc_weight, fused):
     # Was 4 reads in training_step alone on a GPU (the non-finite guard's flags made on the host and read back one
     # by one, the loss's finiteness, the count of utterances CTC cannot emit), 3 blocking copies of logged numbers to
     # the device, 1 in the SRU++ encoder (is the batch padded?) and 2 in CTC (its lengths, read back to the host).
-    # What remains: the non-finite guard's one fused read (the skip decision is the host's, before backward, and
-    # every rank's must agree) and PyTorch's CUDA CTC, which copies host lengths to the device inside, forward
-    # and backward (counted apart).
+    # What remains with an optimizer that cannot skip on the device: the non-finite guard's one fused read (the skip
+    # decision is the host's, before backward, and every rank's must agree). With fused Adam (CUDA's): none, the
+    # flag is its found_inf. Apart: PyTorch's CUDA CTC, which copies host lengths to the device inside, forward and
+    # backward (counted apart).
     torch.manual_seed(0)
-    module = _SyncCountingModule(
+    module = (_FusedSyncCountingModule if fused else _SyncCountingModule)(
         str(char_tokenizer.path),
         d_model=16,
         encoder_conf=ENCODER_CONFS["srupp"],
@@ -642,8 +657,11 @@ def test_a_training_step_reads_the_device_once(char_tokenizer, ctc_weight):
     trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch, batch], batch_size=None))
     assert len(module.counts) == 2
     for syncs, ctc in module.counts:
-        assert len(syncs) == 1 and next(iter(syncs)).startswith("srupp_asr/lightning_module.py"), syncs
-        assert sum(syncs.values()) == 1
+        if fused:
+            assert syncs == {}
+        else:
+            assert len(syncs) == 1 and next(iter(syncs)).startswith("srupp_asr/lightning_module.py"), syncs
+            assert sum(syncs.values()) == 1
         assert ctc == 2  # F.ctc_loss forward and backward
     assert {"train/loss", "train/lr", "train/nonfinite_skipped"} <= set(trainer.callback_metrics)
 

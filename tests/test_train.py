@@ -21,6 +21,7 @@ from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
 from srupp_asr.errors import UserError
 from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
 from srupp_asr.lightning_module import ASRLightningModule, rng_states, set_rng_states, word_errors
+from srupp_asr.schedulers import NoamLR
 from srupp_asr.tokenizer import Tokenizer
 from srupp_asr.train import TRUSTED_CLASSES_ENV, add_parser, check_trusted_classes, run_train
 from tests.helpers import SPOKEN, TINY_CONFIG, cpu_trainer, write_manifest
@@ -95,6 +96,18 @@ class NaNAudioModule(ASRLightningModule):
         return super().training_step(batch, batch_idx)
 
 
+class FusedAdamModule(NaNAudioModule):
+    """As on CUDA, fused Adam (torch's CPU kernel takes ``found_inf`` too), so the guard runs on the device."""
+
+    def configure_optimizers(self) -> dict:
+        config = super().configure_optimizers()
+        hp = self.hparams
+        optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
+        config["optimizer"] = optimizer
+        config["lr_scheduler"]["scheduler"] = NoamLR(optimizer, warmup_steps=hp.warmup_steps)
+        return config
+
+
 class UpdateRecorder(L.Callback):
     """Records, per training batch, whether any parameter changed; writes them to ``out/rank<N>.json``."""
 
@@ -162,20 +175,139 @@ def test_training_stops_after_too_many_nonfinite_losses_in_a_row(tokenizer_path)
 
 
 @pytest.mark.process  # two training processes (gloo)
-def test_nonfinite_loss_on_one_rank_is_skipped_on_every_rank(tokenizer_path, tmp_path):
+@pytest.mark.parametrize("guard", ["host", "device"])
+def test_nonfinite_loss_on_one_rank_is_skipped_on_every_rank(tokenizer_path, tmp_path, guard):
     """Two CPU processes (gloo), two micro-batches per update: NaN on rank 1 alone, in the last micro-batch of
-    the first update, must skip that whole update on both ranks, which stay identical."""
+    the first update, must skip that whole update on both ranks, which stay identical (the guard on the host, or
+    on the device with fused Adam's found_inf, summed over the ranks)."""
     torch.manual_seed(0)
-    module = NaNAudioModule(tokenizer_path, nan_calls=(1,), nan_rank=1, **NETWORK)
+    module_class = FusedAdamModule if guard == "device" else NaNAudioModule
+    module = module_class(tokenizer_path, nan_calls=(1,), nan_rank=1, **NETWORK)
     loader = torch.utils.data.DataLoader(synthetic_batches(module.tokenizer, 6), batch_size=None)
     recorder = UpdateRecorder(tmp_path)
     options = {"devices": 2, "strategy": "ddp_spawn", "use_distributed_sampler": False, "accumulate_grad_batches": 2}
+    options["log_every_n_steps"] = 1
     cpu_trainer(3, [recorder], **options).fit(module, train_dataloaders=loader)
     records = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     for record in records:
         assert record["changed"] == [False, False, False, True, False, True]
-        assert record["skipped"] == [0, 1, 1, 1, 1, 1] and record["step"] == 3
+        assert record["step"] == 3
+        # On the device the count is read when Lightning logs, after this recorder's hook: a batch late.
+        assert record["skipped"] == ([0, 1, 1, 1, 1, 1] if guard == "host" else [0, 0, 1, 1, 1, 1])
     assert records[0]["params"] == records[1]["params"]
+
+
+class EmptyOnRank1:
+    """Rank 1's first batch comes empty (all its cuts failed to load)."""
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        if self.calls == 0 and self.global_rank == 1:
+            batch = {**batch, "audio": batch["audio"][:0], "audio_lens": batch["audio_lens"][:0]}
+            batch.update(tokens=batch["tokens"][:0], token_lens=batch["token_lens"][:0], texts=[], cut_ids=[])
+        return super().training_step(batch, batch_idx)
+
+
+class EmptyOnRank1Host(EmptyOnRank1, NaNAudioModule):
+    pass
+
+
+class EmptyOnRank1Device(EmptyOnRank1, FusedAdamModule):
+    pass
+
+
+@pytest.mark.process  # two training processes (gloo)
+@pytest.mark.parametrize("guard", ["host", "device"])
+def test_a_batch_empty_on_one_rank_skips_the_update_on_every_rank(tokenizer_path, tmp_path, guard):
+    torch.manual_seed(0)
+    module_class = EmptyOnRank1Device if guard == "device" else EmptyOnRank1Host
+    module = module_class(tokenizer_path, **NETWORK)
+    loader = torch.utils.data.DataLoader(synthetic_batches(module.tokenizer, 4), batch_size=None)
+    recorder = UpdateRecorder(tmp_path)
+    options = {"devices": 2, "strategy": "ddp_spawn", "use_distributed_sampler": False, "log_every_n_steps": 1}
+    cpu_trainer(2, [recorder], **options).fit(module, train_dataloaders=loader)
+    records = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for record in records:
+        assert record["changed"] == [False, True] and record["step"] == 2
+        assert record["skipped"] == [0, 0]  # not a non-finite loss
+    assert records[0]["params"] == records[1]["params"]
+
+
+def _fused_run(tokenizer_path: str, batches: list[dict], **kwargs) -> tuple[FusedAdamModule, UpdateRecorder]:
+    torch.manual_seed(0)
+    module = FusedAdamModule(tokenizer_path, **{**NETWORK, **kwargs})
+    recorder = UpdateRecorder()
+    trainer = cpu_trainer(len(batches), [recorder], log_every_n_steps=1)
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
+    return module, recorder
+
+
+def test_on_the_device_a_nonfinite_loss_skips_the_update_as_the_host_guard_does(tokenizer_path):
+    # Fused Adam's found_inf: the host never reads the flag in the step. The weights must end as the host guard
+    # leaves them (which skips backward and the optimizer step), bit for bit, with the same optimizer.
+    batches = synthetic_batches(Tokenizer(tokenizer_path), 5)
+    module, recorder = _fused_run(tokenizer_path, batches, nan_calls=(1, 2), max_consecutive_nonfinite=3)
+    assert module._skips_on_device()
+    assert recorder.changed == [True, False, False, True, True]
+    assert module.nonfinite_skipped == 2 and module._nonfinite_in_a_row == 0
+    assert float(module.trainer.callback_metrics["train/nonfinite_skipped"]) == 2.0
+    assert all(torch.isfinite(p).all() for p in module.parameters())
+
+    class OnTheHost(FusedAdamModule):
+        def _skips_on_device(self) -> bool:
+            return False
+
+    torch.manual_seed(0)
+    reference = OnTheHost(tokenizer_path, nan_calls=(1, 2), **NETWORK)
+    loader = torch.utils.data.DataLoader(batches, batch_size=None)
+    cpu_trainer(5).fit(reference, train_dataloaders=loader)
+    assert reference.nonfinite_skipped == 2
+    for p, q in zip(module.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
+def test_on_cuda_the_nonfinite_guard_runs_in_fused_adam(tokenizer_path):
+    torch.manual_seed(0)
+    module = NaNAudioModule(tokenizer_path, nan_calls=(1,), **NETWORK)
+    recorder = UpdateRecorder()
+    trainer = cpu_trainer(3, [recorder], accelerator="cuda", log_every_n_steps=1)
+    loader = torch.utils.data.DataLoader(synthetic_batches(module.tokenizer, 3), batch_size=None)
+    trainer.fit(module, train_dataloaders=loader)
+    assert module._skips_on_device() and recorder.changed == [True, False, True]
+    assert module.nonfinite_skipped == 1 and all(torch.isfinite(p).all() for p in module.parameters())
+
+
+def test_on_the_device_too_many_nonfinite_losses_in_a_row_stop_training(tokenizer_path):
+    batches = synthetic_batches(Tokenizer(tokenizer_path), 6)
+    with pytest.raises(RuntimeError, match="not finite for 3 batches in a row"):
+        _fused_run(tokenizer_path, batches, nan_calls=tuple(range(10)), max_consecutive_nonfinite=3)
+
+
+def test_on_the_device_a_checkpoint_in_mid_cycle_keeps_the_skip_of_a_nonfinite_micro_batch(tokenizer_path, tmp_path):
+    # The first micro-batch of a two-batch update is NaN, and a checkpoint is written after it: the accumulated
+    # gradients it holds are NaN, so the resumed run must still skip that update (not apply them).
+    batches = synthetic_batches(Tokenizer(tokenizer_path), 4)
+
+    class SaveAfterFirst(L.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, idx):
+            if idx == 0:
+                trainer.save_checkpoint(tmp_path / "mid.ckpt")
+
+    torch.manual_seed(0)
+    module = FusedAdamModule(tokenizer_path, nan_calls=(0,), **NETWORK)
+    loader = torch.utils.data.DataLoader(batches, batch_size=None)
+    cpu_trainer(1, [SaveAfterFirst()], accumulate_grad_batches=2).fit(module, train_dataloaders=loader)
+    saved = torch.load(tmp_path / "mid.ckpt", weights_only=True)
+    assert saved["accumulated_found_inf"] == 1.0
+    assert any(not torch.isfinite(g).all() for g in saved["accumulated_gradients"][0].values())
+    resumed = FusedAdamModule(tokenizer_path, **NETWORK)
+    recorder = UpdateRecorder()
+    trainer = cpu_trainer(1, [recorder], accumulate_grad_batches=2)
+    trainer.fit(resumed, train_dataloaders=loader, ckpt_path=tmp_path / "mid.ckpt")
+    assert trainer.global_step == 1 and recorder.changed == [False]
+    assert all(torch.isfinite(p).all() for p in resumed.parameters())
+    assert resumed.nonfinite_skipped == 1
 
 
 def test_utterances_ctc_cannot_emit_are_counted_per_epoch_and_warned_about_once(tokenizer_path, caplog):
