@@ -376,6 +376,21 @@ def transcribe_measured(model: Path, audio: Path, folder: Path) -> tuple[float, 
     return peak, time.perf_counter() - begin
 
 
+class FusedAdamMixin:
+    """For a LightningModule: fused Adam, as CUDA's optimizer is (torch's CPU kernel takes ``found_inf`` too), so
+    that the non-finite guard runs on the device."""
+
+    def configure_optimizers(self) -> dict:
+        from srupp_asr.schedulers import NoamLR
+
+        config = super().configure_optimizers()
+        hp = self.hparams
+        optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
+        config["optimizer"] = optimizer
+        config["lr_scheduler"]["scheduler"] = NoamLR(optimizer, warmup_steps=hp.warmup_steps)
+        return config
+
+
 def cpu_trainer(max_steps: int, callbacks: list[L.Callback] = (), **kwargs) -> L.Trainer:
     """A quiet one-process CPU Lightning trainer for ``max_steps`` steps: no logger, checkpoints, progress bar,
     model summary or validation (``kwargs`` override)."""

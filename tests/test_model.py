@@ -18,9 +18,8 @@ from srupp_asr.decoder import IGNORE_ID, TransformerDecoder
 from srupp_asr.encoders import build_encoder
 from srupp_asr.lightning_module import ASRLightningModule
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID, ASRModel, ctc_frames_needed
-from srupp_asr.schedulers import NoamLR
 from srupp_asr.sru import SRUppEncoder, SRUppLayer
-from tests.helpers import cpu_trainer
+from tests.helpers import FusedAdamMixin, cpu_trainer
 from tests.reference import reference_recurrence
 
 VOCAB = 12
@@ -619,16 +618,8 @@ class _SyncCountingModule(ASRLightningModule):
         self.counts.append((dict(self.counter.syncs), sum(self.counter.inherent.values())))
 
 
-class _FusedSyncCountingModule(_SyncCountingModule):
+class _FusedSyncCountingModule(FusedAdamMixin, _SyncCountingModule):
     """With fused Adam, as on CUDA: the non-finite guard then runs on the device (found_inf)."""
-
-    def configure_optimizers(self):
-        config = super().configure_optimizers()
-        hp = self.hparams
-        optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
-        config["optimizer"] = optimizer
-        config["lr_scheduler"]["scheduler"] = NoamLR(optimizer, warmup_steps=hp.warmup_steps)
-        return config
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["adam", "fused adam"])

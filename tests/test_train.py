@@ -21,10 +21,9 @@ from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
 from srupp_asr.errors import UserError
 from srupp_asr.frontend import compute_cmvn_stats, save_cmvn
 from srupp_asr.lightning_module import ASRLightningModule, rng_states, set_rng_states, word_errors
-from srupp_asr.schedulers import NoamLR
 from srupp_asr.tokenizer import Tokenizer
 from srupp_asr.train import TRUSTED_CLASSES_ENV, add_parser, check_trusted_classes, run_train
-from tests.helpers import SPOKEN, TINY_CONFIG, cpu_trainer, write_manifest
+from tests.helpers import SPOKEN, TINY_CONFIG, FusedAdamMixin, cpu_trainer, write_manifest
 
 NETWORK = {
     "d_model": 16,
@@ -96,16 +95,8 @@ class NaNAudioModule(ASRLightningModule):
         return super().training_step(batch, batch_idx)
 
 
-class FusedAdamModule(NaNAudioModule):
-    """As on CUDA, fused Adam (torch's CPU kernel takes ``found_inf`` too), so the guard runs on the device."""
-
-    def configure_optimizers(self) -> dict:
-        config = super().configure_optimizers()
-        hp = self.hparams
-        optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
-        config["optimizer"] = optimizer
-        config["lr_scheduler"]["scheduler"] = NoamLR(optimizer, warmup_steps=hp.warmup_steps)
-        return config
+class FusedAdamModule(FusedAdamMixin, NaNAudioModule):
+    pass
 
 
 class UpdateRecorder(L.Callback):
