@@ -163,15 +163,9 @@ class ASRLightningModule(L.LightningModule):
                 self._count_ctc_unreachable(enc_lens, batch.get(HOST_TOKENS, tokens), token_lens, batch_size)
         if self._skips_on_device():
             return self._guard_on_device(out, batch_size)
-        # Every rank must take the same decision or DDP's gradient all-reduce would wait forever. The flags are made
-        # on the device (no blocking copy from the host) and read back at once: the step's one host sync.
-        empty_flag = torch.full((), float(out is None), device=self.device)
-        if out is None:
-            nonfinite_flag = torch.zeros((), device=self.device)
-        else:
-            nonfinite_flag = (~torch.isfinite(out["loss"].detach())).float()
-        bad = torch.stack([empty_flag, nonfinite_flag])
-        empty, nonfinite = (x > 0 for x in self.trainer.strategy.reduce(bad, reduce_op="sum").tolist())
+        # Every rank must take the same decision or DDP's gradient all-reduce would wait forever. The flags are read
+        # back at once: the step's one host sync.
+        empty, nonfinite = (x > 0 for x in self._batch_flags(out).tolist())
         if nonfinite:
             self._count_nonfinite()
         elif not empty:
@@ -183,6 +177,13 @@ class ASRLightningModule(L.LightningModule):
             return self._skip_update()
         self._log_training_metrics(out, batch_size)
         return out["loss"]
+
+    def _batch_flags(self, out: dict[str, torch.Tensor | None] | None) -> torch.Tensor:
+        """(empty, not finite) of this batch summed over the ranks, on the device: made there (no blocking copy
+        from the host) and summed by a collective, which does not wait for the device either."""
+        empty = torch.full((), float(out is None), device=self.device)
+        nonfinite = torch.zeros((), device=self.device) if out is None else ~torch.isfinite(out["loss"].detach())
+        return self.trainer.strategy.reduce(torch.stack([empty, nonfinite.float()]), reduce_op="sum")
 
     def _log_training_metrics(self, out: dict[str, torch.Tensor | None], batch_size: int) -> None:
         metrics = {f"train/{k}": v.detach() for k, v in out.items() if v is not None}
@@ -203,36 +204,28 @@ class ASRLightningModule(L.LightningModule):
         return supports and getattr(self.trainer.precision_plugin, "scaler", None) is None
 
     def _guard_on_device(self, out: dict[str, torch.Tensor | None] | None, batch_size: int) -> torch.Tensor | None:
-        """The non-finite guard with nothing read back: the batch's flags (summed over the ranks by a collective,
-        which does not wait for the device either) become the optimizer's ``found_inf`` for this update, and the
-        counters stay on the device until :meth:`_read_nonfinite`. Backward runs on a non-finite loss too; its
-        gradients are never applied."""
-        world_size = self.trainer.world_size
-        if out is None and world_size == 1:
+        """The non-finite guard with nothing read back: the batch's flags (:meth:`_batch_flags`) become the
+        optimizer's ``found_inf`` for this update, and the counters stay on the device until
+        :meth:`_read_nonfinite`. Backward runs on a non-finite loss too; its gradients are never applied."""
+        if out is None and self.trainer.world_size == 1:
             return None  # an empty batch: nothing to add to the update, and this process alone needs to know
-        empty = torch.full((), float(out is None), device=self.device)
-        nonfinite = torch.zeros((), device=self.device) if out is None else (~torch.isfinite(out["loss"].detach()))
-        flags = torch.stack([empty, nonfinite.float()])
-        if world_size > 1:
-            flags = self.trainer.strategy.reduce(flags, reduce_op="sum")
-        empty, nonfinite = (flags > 0).float().unbind()
+        empty, nonfinite = (self._batch_flags(out) > 0).float().unbind()
         found_inf = torch.maximum(empty, nonfinite)
         if self._found_inf is not None:  # an earlier micro-batch of this update
             found_inf = torch.maximum(self._found_inf, found_inf)
         self._found_inf = found_inf
         self.trainer.optimizers[0].found_inf = found_inf
         # The run of non-finite losses: one more, unchanged by an empty batch, ended by a finite one.
-        skipped, in_a_row, longest = self._nonfinite_pending.unbind()
+        skipped, in_a_row, longest = self._pending_counters().unbind()
         in_a_row = nonfinite * (in_a_row + 1) + (1 - nonfinite) * empty * in_a_row
-        self._nonfinite_pending = torch.stack([skipped + nonfinite, in_a_row, torch.maximum(longest, in_a_row)])
+        self._pending = torch.stack([skipped + nonfinite, in_a_row, torch.maximum(longest, in_a_row)])
         self.log("train/nonfinite_skipped", skipped + nonfinite + self.nonfinite_skipped, batch_size=max(batch_size, 1))
         if out is None:  # an empty batch on this rank under DDP: zero gradients, so that the all-reduce completes
             return sum(p.reshape(-1)[:1].sum() for p in self.parameters() if p.requires_grad) * 0.0
         self._log_training_metrics(out, batch_size)
         return out["loss"]
 
-    @property
-    def _nonfinite_pending(self) -> torch.Tensor:
+    def _pending_counters(self) -> torch.Tensor:
         """(skipped, in a row, longest run) of the non-finite losses since the last read, on the device."""
         if self._pending is None or self._pending.device != self.device:
             # Fills, not torch.tensor([...]): that would be a blocking copy from the host.
@@ -240,18 +233,12 @@ class ASRLightningModule(L.LightningModule):
             self._pending[0] = 0.0
         return self._pending
 
-    @_nonfinite_pending.setter
-    def _nonfinite_pending(self, value: torch.Tensor) -> None:
-        self._pending = value
-
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         """Lightning's step; then this update's ``found_inf`` is cleared for the next."""
         super().optimizer_step(*args, **kwargs)
         if self._found_inf is not None:
             self._found_inf = None
-            for optimizer in self.trainer.optimizers:
-                if hasattr(optimizer, "found_inf"):
-                    del optimizer.found_inf
+            del self.trainer.optimizers[0].found_inf
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Read the device's non-finite counters when Lightning logs (it reads the device then anyway)."""

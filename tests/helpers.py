@@ -381,11 +381,11 @@ class FusedAdamMixin:
     that the non-finite guard runs on the device."""
 
     def configure_optimizers(self) -> dict:
-        from srupp_asr.schedulers import NoamLR
+        from srupp_asr.schedulers import NoamLR, build_optimizer
 
         config = super().configure_optimizers()
         hp = self.hparams
-        optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
+        optimizer = build_optimizer(hp.optimizer, self.parameters(), hp.lr, hp.weight_decay, fused=True)
         config["optimizer"] = optimizer
         config["lr_scheduler"]["scheduler"] = NoamLR(optimizer, warmup_steps=hp.warmup_steps)
         return config

@@ -90,6 +90,13 @@ def test_optimizer_on_the_cpu_is_torchs_default_implementation(name, cls):
         assert torch.equal(mine, theirs)
 
 
+def test_the_fused_optimizer_can_be_asked_for_on_the_cpu():
+    params = [torch.nn.Parameter(torch.randn(3, 2))]
+    assert not build_optimizer("adam", params, lr=0.01, weight_decay=0.0).param_groups[0]["fused"]
+    fused = build_optimizer("adamw", params, lr=0.01, weight_decay=0.0, fused=True)
+    assert isinstance(fused, torch.optim.AdamW) and fused.param_groups[0]["fused"] is True
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.gpu
 def test_optimizer_on_cuda_is_fused():
