@@ -187,17 +187,8 @@ def _piper_voice(model: str, package: str, donor: str, gender: str) -> Voice:
     ``data/`` folder."""
     folder = _package_dir(package.replace("-", "_"))
     onnx = str((folder / "data" if folder else Path(f"<{package} not installed>")) / f"{model}.onnx")
-    return Voice(
-        name=f"piper_{model}",
-        engine="piper",
-        voice_id=model,
-        donor=donor,
-        section=_PYPI,
-        packages=("piper-tts", package),
-        command=(sys.executable, "-m", "piper", "-m", onnx, *_PIPER_STILL, "-f", "{wav}"),  # the text on stdin
-        gender=gender,
-        files=(onnx,),
-    )
+    command = (sys.executable, "-m", "piper", "-m", onnx, *_PIPER_STILL, "-f", "{wav}")  # the text on stdin
+    return Voice(f"piper_{model}", "piper", model, donor, _PYPI, ("piper-tts", package), command, gender, (onnx,))
 
 
 VOICES: tuple[Voice, ...] = (
