@@ -277,8 +277,11 @@ def test_a_program_that_decoded_two_batches_at_once_exits_cleanly(overfit_model_
 
 
 # The command, each batch taking 3 s longer: SIGTERM / Ctrl-C once the first transcript is out.
+# The child takes Ctrl-C as in a terminal even where the tests run as a background job, whose shell starts them with
+# SIGINT ignored (Python then installs no KeyboardInterrupt handler).
 SLOW_CLI = """
-import sys, time, torch
+import signal, sys, time, torch
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from srupp_asr.decoding import batch
 decode_batch = batch.BatchDecoder.decode_batch
 def slow(self, recordings):
