@@ -100,6 +100,7 @@ class LMTrainConfig:
     device: str = "cpu"
     seed: int = 0
     resume: bool = False
+    init_from: str | None = None  # an LM directory whose weights (and shape) a fresh run starts from
 
 
 def tokenize(texts: Iterable[str], tokenizer: Tokenizer, max_len: int) -> tuple[list[list[int]], int]:
@@ -130,6 +131,8 @@ def _load_sentences(cfg_text: Sequence[str], cfg_cuts: Sequence[str], tokenizer:
 # What a resumed run must share with the saved one (besides the LM's shape, its tokenizer and its text): the options
 # that shape training. The others (--max-epochs, --max-time, --valid-every, --log-every, --device) may change.
 RESUME_OPTIONS = ("batch_tokens", "max_len", "seed", "lr", "warmup_steps", "weight_decay", "clip")
+# The LM's shape: taken from --init-from's LM when given (an option given too must agree with it).
+SHAPE_OPTIONS = ("d_model", "num_layers", "attn_dim", "num_heads", "attn_every")
 # What a train-lm checkpoint holds besides Lightning's own keys (lm_lightning.SETTINGS_KEY's parts).
 STATE_KEYS = ("state_dict", "optimizer_states", "lr_schedulers", "loops", "train_lm")
 
@@ -194,6 +197,11 @@ def _train(cfg: LMTrainConfig, device: torch.device, state_path: Path) -> dict[s
     )
     log.info("train-lm: SRU++ LM with %s parameters", f"{module.lm.num_params():,}")
     data = LMDataModule(train, valid, cfg.batch_tokens, cfg.seed)
+    if cfg.init_from and saved is None:
+        from srupp_asr.model_dir import initial_weights
+
+        module.lm.load_state_dict(initial_weights(cfg.init_from, module.lm, tokenizer))
+        log.info("train-lm: starting from the weights of %s", cfg.init_from)
     if saved is not None:
         _check_resumable(state_path, saved, settings, module.lm.config)
         _check_usable(state_path, saved, module)
@@ -323,7 +331,37 @@ def _settings(cfg: LMTrainConfig, train, valid, device: torch.device) -> dict[st
     settings["train_sentences"], settings["train_sha256"] = len(train), _fingerprint(train)
     settings["valid_sentences"], settings["valid_sha256"] = len(valid), _fingerprint(valid)
     settings["device_type"] = device.type
+    settings["init_sha256"] = _weights_digest(cfg.init_from) if cfg.init_from else None
     return settings
+
+
+def _weights_digest(lm_dir: str) -> str:
+    """SHA-256 of an LM directory's weight files (a resume must start from the same weights)."""
+    from srupp_asr.model_files import weight_files
+
+    files = weight_files(Path(lm_dir))
+    digest = hashlib.sha256()
+    for path in sorted(files.shards) or [files.path]:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def shape_from_init(cfg: LMTrainConfig, given: set[str]) -> LMTrainConfig:
+    """``cfg`` with the LM shape of ``cfg.init_from``'s LM (``given``: the shape options set on the command line,
+    which must agree with it); a one-line UserError naming its config otherwise."""
+    import dataclasses
+
+    from srupp_asr.model_files import read_lm_config
+
+    config_path, data = read_lm_config(cfg.init_from)
+    shape = {name: data["lm"].get(name) for name in SHAPE_OPTIONS}
+    for name in SHAPE_OPTIONS:
+        if name in given and getattr(cfg, name) != shape[name]:
+            raise UserError(
+                f"{config_path}: --init-from's LM has {_option(name)} {shape[name]}, not {getattr(cfg, name)}"
+                " (leave the shape options out: they are taken from it)"
+            )
+    return dataclasses.replace(cfg, **{k: v for k, v in shape.items() if v is not None})
 
 
 def _read_state(path: Path) -> dict:
@@ -383,6 +421,14 @@ def _check_resumable(path: Path, state: dict, settings: dict, config: dict) -> N
                 f"{path}: saved for other {what} text ({saved.get(count)} sentences then, {settings[count]} now); "
                 f"{hint}"
             )
+    if saved.get("init_sha256") != settings["init_sha256"]:
+        if not saved.get("init_sha256"):
+            what = "a run without --init-from"
+        elif settings["init_sha256"]:
+            what = "a run from other --init-from weights"
+        else:
+            what = "a run from --init-from weights (give the same --init-from)"
+        raise UserError(f"{path}: saved for {what}; {hint}")
     if saved.get("device_type") != settings["device_type"]:
         saved_on = saved.get("device_type")
         log.warning("train-lm: %s was saved on %s: dropout will differ from an unstopped run", path, saved_on)
@@ -434,6 +480,8 @@ def train_lm_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     fields = LMTrainConfig.__dataclass_fields__
     cfg = LMTrainConfig(**{k: v for k, v in vars(args).items() if k in fields and v is not None})
+    if cfg.init_from:
+        cfg = shape_from_init(cfg, {name for name in SHAPE_OPTIONS if getattr(args, name, None) is not None})
     try:
         check_lm_options(cfg)
     except ConfigValueError as err:
@@ -477,9 +525,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         ("seed", int, "random seed"),
     ):
         default = getattr(d, name)
-        p.add_argument(
-            f"--{name.replace('_', '-')}", type=kind, default=default, help=f"{help_text} (default {default})"
+        p.add_argument(  # a shape option left out is None here: --init-from's LM then gives it
+            f"--{name.replace('_', '-')}",
+            type=kind,
+            default=None if name in SHAPE_OPTIONS else default,
+            help=f"{help_text} (default {default}{'; with --init-from, its LM' if name in SHAPE_OPTIONS else ''})",
         )
+    p.add_argument(
+        "--init-from",
+        metavar="LM_DIR",
+        help="start from this LM directory's weights (fine-tuning on new text); its tokenizer must be --tokenizer's",
+    )
     p.add_argument("--resume", action="store_true", help="continue from OUT_DIR.train.pt")
     p.set_defaults(func=train_lm_command)
     return p

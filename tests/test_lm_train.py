@@ -488,6 +488,47 @@ class TestAgainstAnUnstoppedRunAndFloat64References:
         assert all(torch.equal(v, saved["state_dict"][f"lm.{k}"]) for k, v in lm.state_dict().items())
         assert saved["global_step"] == STEPS_PER_EPOCH
 
+    def test_init_from_starts_from_an_lm_and_takes_its_shape(self, lm_corpus, tmp_path, capsys) -> None:
+        # Fine-tuning an LM on new text (the built-in LM on prose): the run starts from its weights.
+        tok, text = lm_corpus
+        first = tmp_path / "first"
+        assert main(argv(lm_corpus, first, epochs=1)) == 0
+        start = load_lm(first)[0].state_dict()
+        base = ["train-lm", "--tokenizer", str(tok), "--train-text", str(text), "--valid-text", str(text)]
+        still = ["--lr", "1e-12", "--warmup-steps", "1", "--dropout", "0.2", "--batch-tokens", "60", "--log-every", "0"]
+        # No shape option: --d-model 16, --num-layers 2, --attn-dim 8, --num-heads 2 come from the LM.
+        tuned = tmp_path / "tuned"
+        assert main([*base, "--out-dir", str(tuned), "--init-from", str(first), *still, "--max-epochs", "1"]) == 0
+        after = load_lm(tuned)[0].state_dict()
+        assert after.keys() == start.keys()
+        assert all(torch.allclose(after[k], start[k], atol=1e-6) for k in start)  # a learning rate of 1e-12: unmoved
+        fresh = tmp_path / "fresh"
+        assert main([*base, "--out-dir", str(fresh), *OPTIONS[:8], *still, "--max-epochs", "1"]) == 0
+        assert not torch.allclose(load_lm(fresh)[0].state_dict()["embed.weight"], start["embed.weight"], atol=1e-3)
+        # A resume needs the same starting weights.
+        state = f"{tuned}.train.pt"
+        resume = [*base, "--out-dir", str(tuned), *OPTIONS[:8], *still, "--max-epochs", "2", "--resume"]
+        assert main(resume) == 2
+        err = capsys.readouterr().err.strip()
+        hint = "resume with the saved run's options, or start afresh without --resume"
+        assert (
+            err == f"srupp-asr train-lm: error: {state}: saved for a run from --init-from weights (give the same"
+            f" --init-from); {hint}"
+        ), err
+        # Refused in one line: a shape option that differs, another tokenizer, not an LM directory.
+        other_chars = [s.replace("i", "y") for s in SENTENCES]  # as many pieces, one of them another letter
+        other_tok = Tokenizer.train(other_chars, tmp_path / "other_tok.model", 40, "char")
+        assert other_tok.vocab_size == Tokenizer(tok).vocab_size
+        out = ["--out-dir", str(tmp_path / "bad")]
+        for extra, message in [
+            (["--init-from", str(first), "--d-model", "32"], "--init-from's LM has --d-model 16, not 32"),
+            (["--init-from", str(tmp_path / "nope")], "nope"),
+            (["--init-from", str(first), "--tokenizer", str(other_tok.path)], "differs from the training tokenizer"),
+        ]:
+            assert main([*base, *out, *still, "--max-epochs", "1", *extra]) == 2, extra
+            err = capsys.readouterr().err.strip()
+            assert message in err and len(err.splitlines()) == 1, err
+
     def test_validation_perplexity_equals_a_float64_token_by_token_computation(self, tmp_path) -> None:
         import lightning as L
 

@@ -7,6 +7,14 @@ The built-in model's corpus is ``--hours 30 --seed 0`` (recipes/synth_en/RESULTS
 
 The split depends only on the sentence pool (Debian's texts installed here, as synth-corpus collects them), the
 hours and the seed, so this gives the same sentences as a full build on the same texts.
+
+``--brown DIR`` also writes the Brown Corpus (:mod:`srupp_asr.brown`; ``local/fetch_brown.sh`` fetches it) as
+``brown_train.txt`` and ``brown_dev.txt`` (the first sample of each genre, ``ca01`` ... ``cr01``), spoken as the
+pool's sentences are, without a sentence of the pool and without any sentence that shares six words in a row with
+a line of the ``--held-out`` files (a test set's transcripts, one per line)::
+
+    .venv/bin/python recipes/synth_en/local/lm_text.py exp/lm_text --hours 30 --seed 0 \\
+        --brown data/brown --held-out exp/arctic_prompts.txt
 """
 
 from __future__ import annotations
@@ -18,7 +26,31 @@ from pathlib import Path
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_write_text
 from srupp_asr.synth.corpus import _split_pool, lm_training_text
-from srupp_asr.synth.texts import collect_sentences
+from srupp_asr.synth.texts import Sentence, SourceReport, collect_sentences, filter_sentences
+
+HELD_OUT_WORDS = 6  # a Brown sentence sharing this many words in a row with a held-out transcript is left out
+
+
+def brown_text(root: Path, pool: list[Sentence], held_out: list[str]) -> tuple[list[str], list[str], str]:
+    """The Brown Corpus' training and dev sentences (spoken form), and a line saying what was left out."""
+    from srupp_asr.brown import brown_sentences, contaminated
+
+    written = list(brown_sentences(root))
+    report: dict[str, SourceReport] = {}
+    # The pool's sentences first: a Brown sentence equal to one of them is a duplicate (dropped by the filter).
+    items = [("pool", s.written) for s in pool] + [(f"brown-{name}", text) for name, text in written]
+    kept = [s for s in filter_sentences(items, report) if s.source.startswith("brown-")]
+    bad = contaminated([s.spoken for s in kept], held_out, HELD_OUT_WORDS)
+    train = [s.spoken for s, b in zip(kept, bad, strict=True) if not b and not s.source.endswith("01")]
+    dev = [s.spoken for s, b in zip(kept, bad, strict=True) if not b and s.source.endswith("01")]
+    dropped: dict[str, int] = {}
+    for name, rep in report.items():
+        if name.startswith("brown-"):
+            for why, count in rep.dropped.items():
+                dropped[why] = dropped.get(why, 0) + count
+    why = ", ".join(f"{count} {what}" for what, count in sorted(dropped.items()))
+    shared = f"{sum(bad)} sharing {HELD_OUT_WORDS} words with --held-out"
+    return train, dev, f"{len(written)} Brown sentences: {why}, {shared}"
 
 
 def main() -> int:
@@ -27,7 +59,12 @@ def main() -> int:
     p.add_argument("out_dir", type=Path)
     p.add_argument("--hours", type=float, required=True, help="the corpus' --hours")
     p.add_argument("--seed", type=int, default=0, help="the corpus' --seed (default 0)")
+    p.add_argument("--brown", type=Path, help="also write the Brown Corpus under this folder (ca01 ... cr09)")
+    p.add_argument(
+        "--held-out", type=Path, nargs="+", default=[], help="transcripts (one per line) no Brown sentence may share"
+    )
     args = p.parse_args()
+    held_out = [line for path in args.held_out for line in _read_lines(path)]
     sentences = collect_sentences()
     if not sentences:
         raise UserError("sentences: no usable sentence (install fortunes-min, wordnet-base or dict-gcide)")
@@ -37,7 +74,19 @@ def main() -> int:
     atomic_write_text(args.out_dir / "lm_train.txt", "\n".join(train) + "\n")
     atomic_write_text(args.out_dir / "dev.txt", "\n".join(dev) + "\n")
     print(f"{len(sentences)} sentences in the pool: {len(train)} LM training, {len(dev)} dev -> {args.out_dir}")
+    if args.brown is not None:
+        brown_train, brown_dev, what = brown_text(args.brown, sentences, held_out)
+        atomic_write_text(args.out_dir / "brown_train.txt", "\n".join(brown_train) + "\n")
+        atomic_write_text(args.out_dir / "brown_dev.txt", "\n".join(brown_dev) + "\n")
+        print(f"{what}; {len(brown_train)} LM training, {len(brown_dev)} dev -> {args.out_dir}")
     return 0
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read ({err.__class__.__name__}: {err})") from None
 
 
 if __name__ == "__main__":
