@@ -9,6 +9,7 @@ model directory it writes, and how it is read, are in :mod:`srupp_asr.model_dir`
 ``--lm LM_DIR --lm-weight W`` puts an SRU++ LM (``srupp-asr train-lm`` output, trained with the model's tokenizer)
 into the model directory as ``lm/``, stored in ``--lm-dtype`` (float16 by default), with ``W`` as its default
 fusion weight; :func:`ship_lm` does the same for a model directory that exists already (the built-in model's LM).
+:func:`average_lms` averages LM directories of one shape and tokenizer (a "soup" of an LM and its fine-tuned copy).
 """
 
 from __future__ import annotations
@@ -458,6 +459,30 @@ def lm_writer(
         return save_lm(lm, lm_tokenizer.path, path, fusion_weight=weight, dtype=dtype)
 
     return write
+
+
+def average_lms(lm_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
+    """Write the uniform mean of the LMs in ``lm_dirs`` (float64 sums, stored in float32) as an LM directory at
+    ``out_dir``: a weight-space average, as of checkpoints, for LMs of one shape and tokenizer (an LM and its
+    fine-tuned copy, say). Every mismatch is a one-line UserError naming the LM."""
+    import torch
+
+    from srupp_asr.lm import load_lm, save_lm
+    from srupp_asr.model_files import check_same_tokenizer
+
+    if len(lm_dirs) < 2:
+        raise UserError("average_lms: give at least two LM directories")
+    first, tokenizer = load_lm(lm_dirs[0])
+    sums = {k: v.to(torch.float64, copy=True) for k, v in first.state_dict().items()}
+    for lm_dir in lm_dirs[1:]:
+        lm, lm_tokenizer = load_lm(lm_dir)
+        check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
+        if lm.config != first.config:
+            raise UserError(f"{lm_dir}: another LM shape than {lm_dirs[0]} ({lm.config} against {first.config})")
+        for key, value in lm.state_dict().items():
+            sums[key] += value.to(torch.float64)
+    first.load_state_dict({k: (v / len(lm_dirs)).to(torch.float32) for k, v in sums.items()})
+    return save_lm(first, tokenizer.path, out_dir)
 
 
 def ship_lm(

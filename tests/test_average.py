@@ -552,6 +552,40 @@ def test_average_command_ships_an_lm_in_the_model_directory(tmp_path, char_token
     assert sorted(p.name for p in out.iterdir()) == before and read_fusion_weight(out / "lm") == 0.45
 
 
+def test_average_lms_writes_the_mean_of_lms_of_one_shape_and_tokenizer(tmp_path, char_tokenizer):
+    from srupp_asr.average import average_lms
+    from srupp_asr.lm import SRUppLM, load_lm, save_lm
+
+    lms = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        lms.append(SRUppLM(char_tokenizer.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2))
+    dirs = [save_lm(lm, char_tokenizer.path, tmp_path / f"lm{i}") for i, lm in enumerate(lms)]
+    out = average_lms(dirs, tmp_path / "soup")
+    soup, _ = load_lm(out)
+    for key, value in soup.state_dict().items():  # against a float64 mean of the weights as built
+        mean = sum(lm.state_dict()[key].double() for lm in lms) / 3
+        assert value.dtype == torch.float32 and torch.allclose(value.double(), mean, atol=1e-7), key
+    # Another shape, another tokenizer, one LM only: one line naming the LM, nothing written.
+    wide = save_lm(
+        SRUppLM(char_tokenizer.vocab_size, d_model=32, num_layers=1, attn_dim=8, num_heads=2),
+        char_tokenizer.path,
+        tmp_path / "wide",
+    )
+    other = Tokenizer.train(["zzz yyy"] * 5, tmp_path / "other.model", 8, "char")
+    foreign = save_lm(
+        SRUppLM(other.vocab_size, d_model=16, num_layers=1, attn_dim=8, num_heads=2), other.path, tmp_path / "foreign"
+    )
+    for bad, message in [
+        ([dirs[0], wide], f"{wide}: another LM shape than {dirs[0]}"),
+        ([dirs[0], foreign], f"{foreign}: the LM's tokenizer differs"),
+        ([dirs[0]], "give at least two LM directories"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            average_lms(bad, tmp_path / "bad")
+        assert not (tmp_path / "bad").exists()
+
+
 # ------------------------------------------------------------ against independent references
 
 
