@@ -1,5 +1,11 @@
 """Errors a user can cause (bad files, bad configs): the CLI prints them as one line, no traceback."""
 
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
 
 class UserError(Exception):
     """A problem with the user's input; its message names the file or option and what is wrong."""
@@ -34,3 +40,13 @@ def out_of_memory_line(err: BaseException, doing: str, remedy: str) -> str:
 
 DECODING_MEMORY_REMEDY = "try a smaller --batch-size, --beam or --max-chunk-seconds"
 PROCESS_MEMORY_REMEDY = "free memory or raise the process's limit (ulimit -v)"
+
+
+def run_script(main: Callable[[], int], name: str) -> NoReturn:
+    """Exit with a script's ``main()``: a UserError is one line, ``NAME: error: ...`` on stderr, and exit status 2."""
+    try:
+        code = main()
+    except UserError as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        code = 2
+    sys.exit(code)

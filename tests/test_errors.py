@@ -1,4 +1,5 @@
-"""Errors a user can cause (srupp_asr.errors): running out of memory is told apart from a bug, and said in one line."""
+"""Errors a user can cause (srupp_asr.errors): running out of memory is told apart from a bug, and said in one line;
+a script's UserError is one line and exit status 2."""
 
 from __future__ import annotations
 
@@ -64,3 +65,16 @@ def test_start_up_under_a_small_ulimit_v_is_one_line_saying_out_of_memory(tmp_pa
     assert done.stderr.startswith("srupp-asr transcribe: error: out of memory while running transcribe (")
     assert done.stderr.endswith("); free memory or raise the process's limit (ulimit -v)\n")
     assert done.stderr.count("\n") == 1
+
+
+def test_run_script_exits_with_main_and_turns_a_user_error_into_one_line(capsys) -> None:
+    from srupp_asr.errors import run_script
+
+    def bad() -> int:
+        raise UserError("data/brown: no Brown Corpus sample files")
+
+    for main, code, err in [(lambda: 0, 0, ""), (lambda: 3, 3, ""), (bad, 2, "x.py: error: data/brown: no Brown")]:
+        with pytest.raises(SystemExit) as exit_:
+            run_script(main, "x.py")
+        assert exit_.value.code == code
+        assert capsys.readouterr().err.startswith(err)

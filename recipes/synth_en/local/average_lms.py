@@ -10,10 +10,9 @@ of the fine-tuning mix worse.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from srupp_asr.average import average_lms
-from srupp_asr.errors import UserError
+from srupp_asr.errors import run_script
 
 
 def main() -> int:
@@ -26,8 +25,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except UserError as err:
-        print(f"average_lms.py: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main, "average_lms.py")

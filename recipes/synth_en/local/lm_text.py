@@ -20,10 +20,9 @@ a line of the ``--held-out`` files (a test set's transcripts, one per line)::
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from srupp_asr.errors import UserError
+from srupp_asr.errors import UserError, run_script
 from srupp_asr.fileio import atomic_write_text
 from srupp_asr.synth.corpus import _split_pool, lm_training_text
 from srupp_asr.synth.texts import Sentence, SourceReport, collect_sentences, filter_sentences
@@ -65,6 +64,10 @@ def main() -> int:
     )
     args = p.parse_args()
     held_out = [line for path in args.held_out for line in _read_lines(path)]
+    if args.brown is not None:
+        from srupp_asr.brown import sample_files
+
+        sample_files(args.brown)  # a wrong folder fails now, not after the pool is collected
     sentences = collect_sentences()
     if not sentences:
         raise UserError("sentences: no usable sentence (install fortunes-min, wordnet-base or dict-gcide)")
@@ -90,8 +93,4 @@ def _read_lines(path: Path) -> list[str]:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except UserError as err:
-        print(f"lm_text.py: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main, "lm_text.py")
