@@ -76,7 +76,10 @@ def detokenize(tagged_line: str) -> str:
 
 def brown_sentences(root: str | Path, genres: str | None = None) -> Iterator[tuple[str, str]]:
     """``(sample file name, written sentence)`` of every sentence of the samples under ``root`` (of the genre
-    letters in ``genres`` only, when given), in file order."""
+    letters in ``genres`` only, when given: keys of :data:`GENRES`), in file order."""
+    unknown = sorted(set(genres or "") - set(GENRES))
+    if unknown:
+        raise UserError(f"Brown Corpus genres: no {', '.join(unknown)} (known: {''.join(GENRES)})")
     for path in sample_files(root):
         if genres is not None and path.name[1] not in genres:
             continue

@@ -63,6 +63,8 @@ def test_the_samples_are_read_in_order_and_by_genre(corpus: Path) -> None:
     ]
     assert [name for name, _ in brown_sentences(corpus, genres="n")] == ["cn01"]
     assert set(GENRES) == set("abcdefghjklmnpr")  # 15 genres, no i, o or q
+    with pytest.raises(UserError, match=r"^Brown Corpus genres: no i, z "):
+        list(brown_sentences(corpus, genres="niz"))
 
 
 def test_a_folder_without_samples_is_one_line_naming_it(tmp_path: Path) -> None:

@@ -63,6 +63,8 @@ def main() -> int:
         "--held-out", type=Path, nargs="+", default=[], help="transcripts (one per line) no Brown sentence may share"
     )
     args = p.parse_args()
+    if args.held_out and args.brown is None:
+        raise UserError("--held-out needs --brown (the held-out transcripts filter the Brown sentences)")
     held_out = [line for path in args.held_out for line in _read_lines(path)]
     if args.brown is not None:
         from srupp_asr.brown import sample_files
