@@ -56,7 +56,7 @@ def detokenize(tagged_line: str) -> str:
     """One tagged line (``He/pps was/bedz here/rb ./.``) as written text (``He was here.``)."""
     words = []
     for token in tagged_line.split():
-        word = token.rsplit("/", 1)[0] if "/" in token else token
+        word = token.rsplit("/", 1)[0]  # the tag follows the last slash
         words.append(_QUOTES.get(word, word))
     out, opening, glue_next = "", True, False
     for word in words:
@@ -103,9 +103,10 @@ def contaminated(sentences: Iterable[str], held_out: Iterable[str], n: int = 6) 
     banned: set[tuple[str, ...]] = set()
     for text in held_out:
         banned |= word_ngrams(text, n)
+    lengths = {len(gram) for gram in banned}  # n, and those of the transcripts shorter than n words
     out = []
     for sentence in sentences:
         words = normalize_text(sentence).split()
-        grams = {tuple(words[i : i + k]) for k in range(1, n + 1) for i in range(len(words) - k + 1)}
+        grams = {tuple(words[i : i + k]) for k in lengths for i in range(len(words) - k + 1)}
         out.append(bool(grams & banned))
     return out

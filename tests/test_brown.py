@@ -100,7 +100,7 @@ def test_the_recipe_splits_brown_into_train_and_dev_without_pool_or_held_out_sen
     train, dev, report = lm_text_script().brown_text(tmp_path, pool, held_out)
     assert dev == ["The jury said it had no evidence at all."]  # ca01: the first sample of its genre
     assert train == ["She looked at the old house for a while."]
-    assert report == "8 Brown sentences: 1 duplicate, 4 too short, 1 sharing 6 words with --held-out"
+    assert report == "8 Brown sentences: 1 in the pool, 4 too short, 1 sharing 6 words with --held-out"
 
 
 @pytest.mark.skipif(not REAL_COPY.is_dir(), reason=f"no Brown Corpus at {REAL_COPY} (local/fetch_brown.sh)")

@@ -26,6 +26,7 @@ from srupp_asr.errors import UserError, run_script
 from srupp_asr.fileio import atomic_write_text
 from srupp_asr.synth.corpus import _split_pool, lm_training_text
 from srupp_asr.synth.texts import Sentence, SourceReport, collect_sentences, filter_sentences
+from srupp_asr.text import normalize_text
 
 HELD_OUT_WORDS = 6  # a Brown sentence sharing this many words in a row with a held-out transcript is left out
 
@@ -36,17 +37,18 @@ def brown_text(root: Path, pool: list[Sentence], held_out: list[str]) -> tuple[l
 
     written = list(brown_sentences(root))
     report: dict[str, SourceReport] = {}
-    # The pool's sentences first: a Brown sentence equal to one of them is a duplicate (dropped by the filter).
-    items = [("pool", s.written) for s in pool] + [(f"brown-{name}", text) for name, text in written]
-    kept = [s for s in filter_sentences(items, report) if s.source.startswith("brown-")]
+    kept = filter_sentences([(f"brown-{name}", text) for name, text in written], report)
+    pool_keys = {normalize_text(s.spoken) for s in pool}  # the pool's own sentences are in its LM text already
+    in_pool = sum(normalize_text(s.spoken) in pool_keys for s in kept)
+    kept = [s for s in kept if normalize_text(s.spoken) not in pool_keys]
     bad = contaminated([s.spoken for s in kept], held_out, HELD_OUT_WORDS)
     train = [s.spoken for s, b in zip(kept, bad, strict=True) if not b and not s.source.endswith("01")]
     dev = [s.spoken for s, b in zip(kept, bad, strict=True) if not b and s.source.endswith("01")]
     dropped: dict[str, int] = {}
-    for name, rep in report.items():
-        if name.startswith("brown-"):
-            for why, count in rep.dropped.items():
-                dropped[why] = dropped.get(why, 0) + count
+    for rep in report.values():
+        for why, count in rep.dropped.items():
+            dropped[why] = dropped.get(why, 0) + count
+    dropped["in the pool"] = in_pool
     why = ", ".join(f"{count} {what}" for what, count in sorted(dropped.items()))
     shared = f"{sum(bad)} sharing {HELD_OUT_WORDS} words with --held-out"
     return train, dev, f"{len(written)} Brown sentences: {why}, {shared}"
