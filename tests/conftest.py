@@ -5,9 +5,9 @@ and the model overfit on it; markers by folder; settings for parallel runs (pyte
 espeak-ng into a session-wide temporary folder and returns its path; the same text and name are only
 synthesised once per session. Tests asking for it are skipped, with the reason, where espeak-ng is missing.
 
-The expensive fixtures (``corpus``, ``overfit_model_dir``) are built once per run, whatever the number of xdist
-workers: the first worker to need one builds it in the run's shared temporary folder under a lock, the others
-wait for it and read it (:func:`built_once`).
+The expensive fixtures (``corpus``, ``overfit_model_dir``, ``tiny_synth_corpus``) are built once per run,
+whatever the number of xdist workers: the first worker to need one builds it in the run's shared temporary folder
+under a lock, the others wait for it and read it (:func:`built_once`).
 """
 
 from __future__ import annotations
@@ -27,16 +27,19 @@ TESTS = Path(__file__).resolve().parent
 # xdist (--dist loadfile hands out files in collection order) no worker is left with a long file at the end while
 # the others idle.
 LONGEST_FIRST = [
+    "process/test_training_acceptance.py",
     "process/test_recipe_synth_en.py",
     "process/test_recipe_corpora.py",
-    "process/test_resume_matrix.py",
     "process/test_training_stops.py",
+    "process/test_resume_matrix.py",
+    "test_train.py",
+    "test_lm_train.py",
+    "process/test_cpu_extension_build.py",
     "process/test_training_faults.py",
-    "process/test_training_acceptance.py",
+    "test_transcribe.py",
     "test_audio.py",
     "test_lm.py",
     "process/test_recipe_args.py",
-    "process/test_cpu_extension_build.py",
 ]
 
 
@@ -159,6 +162,24 @@ def overfit_model_dir(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) 
     folder = built_once(tmp_path_factory, "overfit_model", build)
     wavs = Path(corpus.cuts).parent
     return folder / "model", [(wavs / f"utt{i:02d}.wav", text) for i, text in enumerate(SENTENCES)]
+
+
+@pytest.fixture(scope="session")
+def tiny_synth_corpus(tmp_path_factory: pytest.TempPathFactory):
+    """``srupp-asr synth-corpus --size tiny --seed 0`` (what the synth_en recipe's stage 1 makes with ``--size
+    tiny``), built once per run: (its folder, the build's summary). Tests read it or copy it; none may change it."""
+    import pickle
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
+    from srupp_asr.synth.corpus import build_corpus
+
+    def build(folder: Path) -> None:
+        summary = build_corpus(folder / "corpus", size="tiny", seed=0, jobs=2, progress=False)
+        (folder / "summary.pickle").write_bytes(pickle.dumps(summary))
+
+    folder = built_once(tmp_path_factory, "tiny_synth_corpus", build)
+    return folder / "corpus", pickle.loads((folder / "summary.pickle").read_bytes())
 
 
 @pytest.fixture(scope="module")

@@ -339,13 +339,9 @@ def test_telephone_keeps_only_the_300_to_3400_hz_band():
 
 
 @pytest.fixture(scope="module")
-def tiny_corpus(tmp_path_factory):
-    """A tiny corpus from Debian's texts with every installed Debian-main voice."""
-    if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
-    out = tmp_path_factory.mktemp("tiny")
-    summary = build_corpus(out, size="tiny", seed=0, jobs=2, progress=False)
-    return out, summary
+def tiny_corpus(tiny_synth_corpus):
+    """A tiny corpus from Debian's texts with every installed Debian-main voice (conftest's, built once a run)."""
+    return tiny_synth_corpus
 
 
 def test_tiny_corpus_has_no_voice_donor_or_sentence_leaks(tiny_corpus):

@@ -68,14 +68,17 @@ def test_stages_0_to_7_build_a_corpus_train_export_and_score_and_rerun_skips_don
     assert again.count("results.json exists, skipping") == 4
 
 
-def test_the_pocketsphinx_comparison_decodes_and_scores_the_test_sets(tmp_path):
+def test_the_pocketsphinx_comparison_decodes_and_scores_the_test_sets(tmp_path, tiny_synth_corpus):
     """Stages 6-7 with --pocketsphinx true (what `make demo` runs; the CI run above leaves it out): the real
     recogniser's transcripts are scored and its rows join the summary table."""
     pytest.importorskip("pocketsphinx", reason="pocketsphinx (the dev extra) is not installed")
     data, exp = tmp_path / "data", tmp_path / "exp"
     common = ["--size", "tiny", "--nj", "2", "--data", str(data), "--exp", str(exp), "--lm", "false"]
     common += ["--real-dev", "none"]  # the real dev sets: tests/test_real_speech.py
-    _run(*common, "--stage", "1", "--stop-stage", "1")
+    # Stage 1's corpus, built once a run (the test above builds its own); stage 1 finds it complete.
+    shutil.copytree(tiny_synth_corpus[0], data / "corpus")
+    log = _run(*common, "--stage", "1", "--stop-stage", "1")
+    assert "reused 90" in log or "made 0" in log
     shutil.copytree(ROOT / "srupp_asr" / "default_model", exp / "model")  # stage 6 decodes with a model too
     log = _run(*common, "--stage", "6", "--stop-stage", "7", "--decodings", "ctc_greedy", "--pocketsphinx", "true")
     for name in ("test_seen", "test_unseen"):
