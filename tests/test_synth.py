@@ -338,14 +338,8 @@ def test_telephone_keeps_only_the_300_to_3400_hz_band():
 # --- real builds ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_corpus(tiny_synth_corpus):
-    """A tiny corpus from Debian's texts with every installed Debian-main voice (conftest's, built once a run)."""
-    return tiny_synth_corpus
-
-
-def test_tiny_corpus_has_no_voice_donor_or_sentence_leaks(tiny_corpus):
-    out, summary = tiny_corpus
+def test_tiny_corpus_has_no_voice_donor_or_sentence_leaks(tiny_synth_corpus):
+    out, summary = tiny_synth_corpus
     cuts = _manifest_cuts(out)
     assert all(cuts[split] for split in SPLIT_NAMES)
     assert summary.failed == []
@@ -362,8 +356,8 @@ def test_tiny_corpus_has_no_voice_donor_or_sentence_leaks(tiny_corpus):
         assert "flite_kal" not in {c.custom["voice"] for c in seen}
 
 
-def test_tiny_corpus_audio_and_manifest_agree(tiny_corpus):
-    out, summary = tiny_corpus
+def test_tiny_corpus_audio_and_manifest_agree(tiny_synth_corpus):
+    out, summary = tiny_synth_corpus
     cuts = _manifest_cuts(out)
     hours = sum(summary.hours.values())
     assert 0.04 < hours < 0.15  # tiny: a few minutes
