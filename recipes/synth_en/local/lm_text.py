@@ -39,8 +39,9 @@ def brown_text(root: Path, pool: list[Sentence], held_out: list[str]) -> tuple[l
     report: dict[str, SourceReport] = {}
     kept = filter_sentences([(f"brown-{name}", text) for name, text in written], report)
     pool_keys = {normalize_text(s.spoken) for s in pool}  # the pool's own sentences are in its LM text already
-    in_pool = sum(normalize_text(s.spoken) in pool_keys for s in kept)
-    kept = [s for s in kept if normalize_text(s.spoken) not in pool_keys]
+    new = [normalize_text(s.spoken) not in pool_keys for s in kept]
+    in_pool = len(kept) - sum(new)
+    kept = [s for s, keep in zip(kept, new, strict=True) if keep]
     bad = contaminated([s.spoken for s in kept], held_out, HELD_OUT_WORDS)
     train = [s.spoken for s, b in zip(kept, bad, strict=True) if not b and not s.source.endswith("01")]
     dev = [s.spoken for s, b in zip(kept, bad, strict=True) if not b and s.source.endswith("01")]
