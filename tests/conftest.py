@@ -23,9 +23,9 @@ import pytest
 from tests.helpers import CHAR_CORPUS, OVERFIT, SENTENCES, Corpus, built_once, seeded_model, train_to_zero_wer
 
 TESTS = Path(__file__).resolve().parent
-# The longest test files, longest first (measured with --durations on 2 cores): they start first, so that under
-# xdist (--dist loadfile hands out files in collection order) no worker is left with a long file at the end while
-# the others idle.
+# The longest test files, longest first (measured with --durations on 2 cores): they start first, so that no
+# worker is left with a long file at the end while the others idle. xdist hands out files in collection order only
+# with --no-loadscope-reorder (the Makefile's); without it, the files with the most tests go first.
 LONGEST_FIRST = [
     "process/test_training_acceptance.py",
     "process/test_recipe_synth_en.py",
