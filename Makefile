@@ -32,10 +32,10 @@ sysdeps:
 	fi
 
 # The suite runs in parallel (pytest-xdist, one worker per core up to 4; a test file stays on one worker, so its
-# module fixtures are built once) and prints its 15 slowest tests. Files are handed out in collection order, which
-# tests/conftest.py's LONGEST_FIRST sets (--no-loadscope-reorder: xdist otherwise hands out the files with the most
-# tests first, which put the few long process-level files last, side by side). `make test` runs every test but the GPU and
-# slow ones; `make test-fast` leaves out the process-level ones too (tests/process/: training runs, kill -9,
+# module fixtures are built once) and prints its 15 slowest tests. Files go out in collection order, which
+# tests/conftest.py's LONGEST_FIRST sets (--no-loadscope-reorder: by default xdist sends the files with the most
+# tests first, and the few long process-level files ran last, side by side). `make test` runs every test but the
+# GPU and slow ones; `make test-fast` leaves out the process-level ones too (tests/process/: training runs, kill -9,
 # recipe runs; marker `process`), for the edit-test loop.
 PYTEST := $(PY) -m pytest -q -n auto --maxprocesses=4 --dist loadfile --no-loadscope-reorder --durations=15
 
