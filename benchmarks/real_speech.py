@@ -36,6 +36,10 @@ its last weights and is scored on the real dev sets and on the synthetic corpus'
 - ``read+real+long+synth``: as ``real+long+synth``, with the real read sentences (:data:`READ_TRAIN`: the ARCTIC
   train splits, vctk_train, librispeech_pseudo) repeated to half the audio (:data:`READ_SHARE`).
 
+:func:`splices` makes one more kind of read speech: new word sequences in the read voices, runs of 2-5 words cut
+from a speaker's recordings at the quiet points before CTC-aligned word onsets (:func:`word_cut_points`) and joined
+(a training manifest to add to ``read_train``; RESULTS.md "Round 12").
+
 Training transcripts are the words that were said (:func:`spoken_training_text`): numbers and abbreviations spelt
 out as the synthetic corpus's texts are; a machine transcript that cannot be said unambiguously is left out.
 
@@ -57,6 +61,7 @@ training arguments after each row's own, and ``--train-only`` trains and exports
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shlex
 import subprocess
@@ -445,6 +450,111 @@ def sequences(
             pieces += [clip] + ([pause(*pauses, floors[k + 1])] if k + 1 < len(clips) else [])
         pieces.append(pause(0.0, 1.5, floors[-1]))
         return np.concatenate(pieces), " ".join(c.supervisions[0].text for c in chosen), speaker
+
+    return _made_cuts(out, seconds, draw)
+
+
+SPLICE_FADE = 80  # samples (5 ms) faded out and in at each splice
+ONSET_BEFORE = 0.2  # seconds before a word's first CTC spike where the cut before it is looked for
+
+
+def word_cut_points(cuts, model_dir: Path, min_confidence: float = 0.5) -> dict[str, tuple[list[str], list[float]]]:
+    """Where each cut of ``cuts`` may be cut between its words: ``{cut id: (words, points)}``, ``points`` the
+    ``len(words) + 1`` seconds that bound them (the first the recording's start, the last its end). The reference
+    transcript is force-aligned to ``model_dir``'s CTC output (:func:`srupp_asr.decoding.alignment.align_hypothesis`).
+    CTC marks where a word starts (its first spike is at its onset, within a frame), not where it ends (a one-piece
+    word is a single spike at its onset; the first word's spike is often at the recording's first frame, before it
+    is said). So each point between two words is the quietest 10 ms from :data:`ONSET_BEFORE` before the next
+    word's first spike (not before the previous word's last) to a frame after it. A cut whose words the model is not
+    sure of (mean confidence below ``min_confidence``: an alignment that failed, or a transcript that does not match
+    its audio) is left out."""
+    from srupp_asr.audio import SAMPLE_RATE
+    from srupp_asr.decoding.alignment import align_hypothesis
+    from srupp_asr.runtime.engine import NumpyASR
+
+    net, tokenizer = NumpyASR.load(model_dir)
+    shift = net.frame_shift
+    points: dict[str, tuple[list[str], list[float]]] = {}
+    for cut in cuts:
+        samples = _samples(cut)
+        tokens = tokenizer.encode(cut.supervisions[0].text)
+        if not tokens:
+            continue
+        feats, frames = net.features([samples])
+        enc, lens = net.acoustic.encode(feats, frames)
+        log_probs = net.acoustic.ctc_log_probs(enc)[0]
+        _, words = align_hypothesis(log_probs, tokens, tokenizer, shift, int(lens[0]))
+        if not words or sum(w.confidence for w in words) / len(words) < min_confidence:
+            continue
+        rate = SAMPLE_RATE
+        bounds = [0.0]
+        for left, right in itertools.pairwise(words):
+            lo = round(max(left.end, right.start - ONSET_BEFORE) * rate)
+            bounds.append(_quietest(samples, lo, max(round((right.start + shift) * rate), lo + 160)) / rate)
+        bounds.append(len(samples) / rate)
+        if all(a < b for a, b in itertools.pairwise(bounds)):
+            points[cut.id] = ([w.word for w in words], bounds)
+    return points
+
+
+def _quietest(samples, lo: int, hi: int) -> int:
+    """The sample at the middle of the quietest 10 ms of ``samples[lo:hi]`` (steps of 2.5 ms); where that holds
+    less than 10 ms (the recording's edge), the middle of what it holds."""
+    import numpy as np
+
+    window, step = 160, 40
+    lo, hi = min(lo, len(samples)), min(hi, len(samples))
+    piece = samples[lo:hi].astype(np.float64)
+    if len(piece) <= window:
+        return (lo + hi) // 2
+    power = np.convolve(piece**2, np.ones(window), mode="valid")[::step]
+    return lo + int(np.argmin(power)) * step + window // 2
+
+
+def splices(cut_sets: list, out: Path, seconds: float, model_dir: Path, seed: int = 0, words=(6, 18), chunk=(2, 5)):
+    """Recordings of new word sequences in real voices: each is ``chunk`` (2-5) consecutive words cut from
+    recordings of one speaker of ``cut_sets`` at the quiet points between words (:func:`word_cut_points`), taken
+    from different recordings of that speaker in random order until it holds ``words`` (6-18) words, and joined
+    with a 5 ms fade out and in. Written to ``out`` until they hold ``seconds`` of audio, imported as cuts with the
+    joined words as transcript. Read speech of a few hundred prompts teaches a model those prompts' word sequences
+    (it transcribes them far better than new prompts of the same voice); splices show it the same voices saying
+    sequences no prompt holds. Kept when already written."""
+    import numpy as np
+
+    from srupp_asr.audio import SAMPLE_RATE
+
+    if (out / "manifest.tsv").is_file():
+        return _made_cuts(out, seconds, None)
+    rng = np.random.default_rng(seed)
+    every = [cut for cuts in cut_sets for cut in cuts]
+    aligned = word_cut_points(every, model_dir)
+    by_speaker: dict[str, list] = {}
+    for cut in every:
+        if cut.id in aligned and len(aligned[cut.id][0]) >= chunk[0]:
+            by_speaker.setdefault(cut.supervisions[0].speaker or cut.id, []).append(cut)
+    speakers = sorted(by_speaker)
+    weights = np.array([sum(c.duration for c in by_speaker[s]) for s in speakers], float)
+    fade = np.linspace(0.0, 1.0, SPLICE_FADE, dtype=np.float32)
+
+    def draw():
+        speaker = speakers[rng.choice(len(speakers), p=weights / weights.sum())]
+        pool, target = by_speaker[speaker], int(rng.integers(words[0], words[1] + 1))
+        pieces, said = [], []
+        for index in rng.permutation(len(pool)).tolist() * 4:
+            if len(said) >= target:
+                break
+            cut = pool[index]
+            cut_words, bounds = aligned[cut.id]
+            count = min(len(cut_words), int(rng.integers(chunk[0], chunk[1] + 1)), target - len(said))
+            first = int(rng.integers(0, len(cut_words) - count + 1))
+            start, stop = (round(bounds[k] * SAMPLE_RATE) for k in (first, first + count))
+            clip = _samples(cut)[start:stop].copy()
+            n = min(SPLICE_FADE, len(clip) // 2)
+            clip[:n] *= fade[:n]
+            clip[len(clip) - n :] *= fade[::-1][SPLICE_FADE - n :]
+            pieces.append(clip)
+            said += cut_words[first : first + count]
+        return np.concatenate(pieces), " ".join(said), speaker
 
     return _made_cuts(out, seconds, draw)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import functools
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -353,6 +354,79 @@ def test_the_read_mix_gives_half_its_audio_to_read_sentences_and_keeps_the_rest(
     assert 0.25 < sum(c.id.startswith("read") for c in first_half) / len(first_half) < 0.75
     with pytest.raises(ValueError, match="needs read_train"):
         rs.training_mix("read+real+synth", [words], synth, tmp_path / "x.jsonl.gz")
+
+
+def _strung_digits(folder: Path, speaker: str, digits: list[list[int]], gap: float = 0.25):
+    """Recordings of FSDD ``speaker``'s digits (train takes) in a row, ``gap`` seconds of quiet room tone between:
+    the table (one row per recording, the digits' words) and where each digit's audio lies in each, in seconds."""
+    import numpy as np
+    import soundfile as sf
+
+    from srupp_asr.audio import SAMPLE_RATE
+    from srupp_asr.synth.verbalize import verbalize_transcript
+
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    rows, spans = ["path\ttext\tspeaker"], []
+    for k, row in enumerate(digits):
+        pieces, where, at = [], [], 0.0
+        for take, digit in enumerate(row):
+            audio, rate = sf.read(REAL_DEV / "fsdd" / "audio" / f"{digit}_{speaker}_{10 + take}.flac", dtype="float32")
+            audio = np.interp(np.arange(0, len(audio), rate / SAMPLE_RATE), np.arange(len(audio)), audio)
+            quiet = (rng.standard_normal(round(gap * SAMPLE_RATE)) * 1e-4).astype(np.float32)
+            pieces += [quiet, audio.astype(np.float32)]
+            power = 10 * np.log10(np.convolve(audio**2, np.ones(160) / 160, mode="valid") + 1e-12)
+            loud = np.flatnonzero(power > power.max() - 25)  # the digit: within 25 dB of its loudest 10 ms
+            where.append((at + gap + loud[0] / SAMPLE_RATE, at + gap + (loud[-1] + 160) / SAMPLE_RATE))
+            at += gap + len(audio) / SAMPLE_RATE
+        pieces.append(pieces[0])
+        sf.write(folder / f"r{k}.wav", np.concatenate(pieces), SAMPLE_RATE, subtype="FLOAT")
+        rows.append(f"r{k}.wav\t{verbalize_transcript(' '.join(map(str, row)))}\t{speaker}")
+        spans.append(where)
+    (folder / "t.tsv").write_text("\n".join(rows) + "\n")
+    return folder / "t.tsv", spans
+
+
+@needs_real
+def test_splices_cut_read_speech_between_its_words_and_join_one_speakers_runs_of_words(rs, tmp_path):
+    import numpy as np
+
+    from srupp_asr.inputs import default_model_dir
+    from srupp_asr.manifest import cut_text
+    from srupp_asr.prepare import import_table
+
+    # The ground truth is known: digits whose audio lies between stretches of quiet room tone.
+    table, spans = _strung_digits(tmp_path / "digits", "jackson", [[1, 2, 3, 4], [5, 6, 7], [8, 9, 0, 1]])
+    cuts = import_table(table)["all"].to_eager()
+    points = rs.word_cut_points(cuts, default_model_dir())
+    assert sorted(points) == sorted(c.id for c in cuts)
+    for cut, where in zip(cuts, spans, strict=True):
+        words, bounds = points[cut.id]
+        assert words == cut_text(cut).split() and len(bounds) == len(words) + 1
+        assert bounds[0] == 0 and bounds[-1] == cut.duration
+        for ((_, end), (start, _)), point in zip(itertools.pairwise(where), bounds[1:-1], strict=True):
+            assert end <= point <= start  # between two digits, never inside one
+
+    made = tmp_path / "splices"
+    spliced = list(rs.splices([cuts], made, 6.0, default_model_dir(), seed=3, words=(4, 6), chunk=(2, 3)))
+    assert 6.0 <= sum(c.duration for c in spliced) < 6.0 + 4 * 1.5
+    sources = [cut_text(c).split() for c in cuts]
+    runs = {tuple(s[i:j]) for s in sources for i in range(len(s)) for j in range(i + 2, min(i + 3, len(s)) + 1)}
+    fresh = 0
+    for cut in spliced:
+        said = cut_text(cut).split()
+        assert 4 <= len(said) <= 6 and cut.supervisions[0].speaker == "jackson" and cut.sampling_rate == 16000
+        # runs of 2-3 words of one recording each (a single word only where a recording had no more to give)
+        splits = [k for k in range(2, len(said) + 1) if tuple(said[:k]) in runs]
+        assert splits, said
+        fresh += not any(" ".join(said) in " ".join(s) for s in sources)
+        audio = cut.load_audio()[0]
+        assert np.abs(audio[:40]).max() < 0.01 and np.abs(audio[-40:]).max() < 0.01  # faded in and out
+    assert fresh >= len(spliced) // 2  # word sequences no recording holds
+    stamps = sorted(p.stat().st_mtime_ns for p in made.rglob("*.wav"))
+    again = list(rs.splices([cuts], made, 6.0, default_model_dir(), seed=3))
+    assert [c.id for c in again] == [c.id for c in spliced]  # kept: imported again, not written anew
+    assert sorted(p.stat().st_mtime_ns for p in made.rglob("*.wav")) == stamps
 
 
 @needs_real
