@@ -280,7 +280,7 @@ def real_dev_table(
 
 
 # The ablation's training mixes (see the module docstring).
-MIXES = ("real", "real+synth", "real+long+synth", "read+real+long+synth")
+MIXES = ("real", "real+synth", "real+long+synth", "read+real+long+synth", "read+splice+real+long+synth")
 # ``read+real+long+synth``: the real read sentences (:data:`READ_TRAIN`) repeated to this share of the mix's audio,
 # the rest ``real+long+synth`` (words, strung words and silences; synthetic speech) in its own proportions.
 READ_SHARE = 0.5
@@ -314,6 +314,12 @@ def _augment(**settings: float) -> tuple[str, str]:
     return ("--data.channel_augment", json.dumps(settings))
 
 
+# The read rows' training: speed 0.9-1.1, VTLP and EQ on some cuts (the built-in model's recipe), validation every
+# 150 batches.
+READ_ARGS = (
+    "--data.speed_perturb", "[0.9,1.0,1.1]", *_augment(vtlp_prob=0.4, eq_prob=0.3),
+    "--trainer.val_check_interval", "150",
+)  # fmt: skip
 # The ablation's rows after the built-in model, in the order of the table: the real+synth baseline (the best mix so
 # far) and one change each. Augmentation applies to every training cut, real and synthetic.
 ABLATION_ROWS = (
@@ -337,14 +343,14 @@ ABLATION_ROWS = (
     AblationRow(
         "+read",
         "read+real+long+synth",
-        (
-            "--data.speed_perturb",
-            "[0.9,1.0,1.1]",
-            *_augment(vtlp_prob=0.4, eq_prob=0.3),
-            "--trainer.val_check_interval",
-            "150",
-        ),
+        READ_ARGS,
         "real read sentences (ARCTIC, VCTK, LibriSpeech clips) as half the audio, VTLP and EQ on some cuts",
+    ),
+    AblationRow(
+        "+read+splice",
+        "read+splice+real+long+synth",
+        READ_ARGS,
+        "+read, its read part grown by as much audio again of splices: new word sequences in the read voices",
     ),
     AblationRow(
         "+specaugment",
@@ -353,17 +359,24 @@ ABLATION_ROWS = (
         "SpecAugment: 4 frequency masks (was 2), time masks up to 10% of T (was 5%)",
     ),
 )
-# The one-change rows (``real`` and ``+read``, which changes the data and the augmentation at once, on request).
-DEFAULT_ROWS = tuple(row.name for row in ABLATION_ROWS if row.name not in ("real", "+read"))
+# The one-change rows (``real`` and the read rows, which change the data and the augmentation at once, on request).
+DEFAULT_ROWS = tuple(row.name for row in ABLATION_ROWS if row.name != "real" and not row.name.startswith("+read"))
 SYNTH_TESTS = ("test_seen", "test_unseen")
 
 
 def training_mix(
-    mix: str, real_train: list[Path], synth_train: Path | None, out: Path, seed: int = 0, read_train: list[Path] = ()
+    mix: str,
+    real_train: list[Path],
+    synth_train: Path | None,
+    out: Path,
+    seed: int = 0,
+    read_train: list[Path] = (),
+    splice_model: Path | None = None,
 ) -> Path:
     """Write the cut manifest of the training mix ``mix`` (one of :data:`MIXES`) to ``out``; returns it. The
-    ``+long`` mixes write their made recordings beside ``out`` (``out``'s stem + ``_made/``); the ``read+`` mix
-    needs ``read_train``, the read sentences' manifests."""
+    ``+long`` mixes write their made recordings beside ``out`` (``out``'s stem + ``_made/``); the ``read+`` mixes
+    need ``read_train``, the read sentences' manifests; ``read+splice+`` also ``splice_model``, the model whose CTC
+    aligns them for :func:`splices` (as much audio as the read sentences, written beside ``out`` as well)."""
     from lhotse import CutSet
 
     from srupp_asr.manifest import load_cuts, save_cuts
@@ -371,8 +384,15 @@ def training_mix(
     if mix.startswith("read+"):
         if not read_train:
             raise ValueError(f"mix {mix!r} needs read_train manifests")
-        rest = training_mix(mix.removeprefix("read+"), real_train, synth_train, out.with_name("rest_" + out.name), seed)
-        read = [load_cuts(path) for path in read_train]
+        rest_mix = mix.removeprefix("read+").removeprefix("splice+")
+        rest = training_mix(rest_mix, real_train, synth_train, out.with_name("rest_" + out.name), seed)
+        read = [load_cuts(path).to_eager() for path in read_train]
+        if mix.startswith("read+splice+"):
+            if splice_model is None:
+                raise ValueError(f"mix {mix!r} needs a splice_model")
+            made = out.parent / (out.name.split(".")[0] + "_made")
+            seconds = sum(c.duration for cuts in read for c in cuts)
+            read.append(splices(read, made / "splices", seconds, splice_model, seed).to_eager())
         read = CutSet.mux(*read, weights=[len(c) for c in read], seed=seed).to_eager()
         others = load_cuts(rest).to_eager()
         others_seconds, read_seconds = sum(c.duration for c in others), sum(c.duration for c in read)
@@ -712,7 +732,8 @@ def ablation(
     for row in (by_name[name] for name in rows):
         mix = work / f"mix_{row.mix}.jsonl.gz"
         if not mix.is_file():
-            training_mix(row.mix, real_train, synth_manifests / "train_cuts.jsonl.gz", mix, read_train=read_train)
+            synth_train = synth_manifests / "train_cuts.jsonl.gz"
+            training_mix(row.mix, real_train, synth_train, mix, read_train=read_train, splice_model=base)
         folder = f"steps{steps}_{_slug(row.name)}" + (f"_from_{base_label}" if base_label != "built-in" else "")
         model, minutes = fine_tune(mix, valid, work / folder, steps, base, (*row.args, *train_args), max_minutes)
         models.append((row.name, row.change, model, folder, trained_steps(work / folder)[0], minutes))

@@ -324,7 +324,7 @@ def test_each_ablation_row_trains_a_fixed_number_of_steps_with_one_change(rs, tm
             switched_on = sum(
                 p > 0 for p in (augment.pitch_prob, augment.vtlp_prob, augment.eq_prob, augment.codec_prob)
             )
-            assert switched_on == (2 if name == "+read" else 1)  # +read: VTLP and EQ, the built-in model's recipe
+            assert switched_on == (2 if name.startswith("+read") else 1)  # VTLP and EQ: the built-in model's recipe
         commands[name] = cmd
     baseline = commands["real+synth"]
     for name in rs.DEFAULT_ROWS:
@@ -407,8 +407,8 @@ def test_splices_cut_read_speech_between_its_words_and_join_one_speakers_runs_of
         for ((_, end), (start, _)), point in zip(itertools.pairwise(where), bounds[1:-1], strict=True):
             assert end <= point <= start  # between two digits, never inside one
 
-    made = tmp_path / "splices"
-    spliced = list(rs.splices([cuts], made, 6.0, default_model_dir(), seed=3, words=(4, 6), chunk=(2, 3)))
+    made, model = tmp_path / "splices", default_model_dir()
+    spliced = list(rs.splices([cuts], made, 6.0, model, seed=3, words=(4, 6), chunk=(2, 3)))
     assert 6.0 <= sum(c.duration for c in spliced) < 6.0 + 4 * 1.5
     sources = [cut_text(c).split() for c in cuts]
     runs = {tuple(s[i:j]) for s in sources for i in range(len(s)) for j in range(i + 2, min(i + 3, len(s)) + 1)}
@@ -427,6 +427,21 @@ def test_splices_cut_read_speech_between_its_words_and_join_one_speakers_runs_of
     again = list(rs.splices([cuts], made, 6.0, default_model_dir(), seed=3))
     assert [c.id for c in again] == [c.id for c in spliced]  # kept: imported again, not written anew
     assert sorted(p.stat().st_mtime_ns for p in made.rglob("*.wav")) == stamps
+
+    # The read+splice mix: the read part grown by as much audio again of splices, aligned by the given model.
+    read = tmp_path / "read_cuts.jsonl.gz"
+    save_cuts(cuts, read)
+    words, synth = _tone_corpus(tmp_path, "words", 6, 1.0), _tone_corpus(tmp_path, "synth", 2, 1.5)
+    out = tmp_path / "mix.jsonl.gz"
+    mix = rs.training_mix("read+splice+real+synth", [words], synth, out, read_train=[read], splice_model=model)
+    mixed = load_cuts(mix)
+    once = {c.id.split("_repeat")[0]: c.duration for c in mixed}
+    assert {c.id for c in cuts} | {"words0", "synth0"} <= set(once)
+    made_seconds = sum(d for name, d in once.items() if name.startswith("splices-"))
+    assert sum(c.duration for c in cuts) <= made_seconds < sum(c.duration for c in cuts) + 18 * 1.5
+    assert (out.parent / "mix_made" / "splices" / "manifest.tsv").is_file()
+    with pytest.raises(ValueError, match="needs a splice_model"):
+        rs.training_mix("read+splice+real+synth", [words], synth, tmp_path / "x.jsonl.gz", read_train=[read])
 
 
 @needs_real
