@@ -482,9 +482,9 @@ def word_cut_points(cuts, model_dir: Path, min_confidence: float = 0.5) -> dict[
     """Where each cut of ``cuts`` may be cut between its words: ``{cut id: (words, points)}``, ``points`` the
     ``len(words) + 1`` seconds that bound them (the first the recording's start, the last its end). The reference
     transcript is force-aligned to ``model_dir``'s CTC output (:func:`srupp_asr.decoding.alignment.align_hypothesis`).
-    CTC marks where a word starts (its first spike is at its onset, within a frame), not where it ends (a one-piece
-    word is a single spike at its onset; the first word's spike is often at the recording's first frame, before it
-    is said). So each point between two words is the quietest 10 ms from :data:`ONSET_BEFORE` before the next
+    CTC marks where a word starts (its first spike is at its onset or up to about 0.1 s after it), not where it
+    ends (a one-piece word is a single spike; the first word's spike is often at the recording's first frame,
+    before it is said). So each point between two words is the quietest 10 ms from :data:`ONSET_BEFORE` before the next
     word's first spike (not before the previous word's last) to a frame after it. A cut whose words the model is not
     sure of (mean confidence below ``min_confidence``: an alignment that failed, or a transcript that does not match
     its audio) is left out."""
@@ -506,12 +506,12 @@ def word_cut_points(cuts, model_dir: Path, min_confidence: float = 0.5) -> dict[
         _, words = align_hypothesis(log_probs, tokens, tokenizer, shift, int(lens[0]))
         if not words or sum(w.confidence for w in words) / len(words) < min_confidence:
             continue
-        rate = SAMPLE_RATE
         bounds = [0.0]
         for left, right in itertools.pairwise(words):
-            lo = round(max(left.end, right.start - ONSET_BEFORE) * rate)
-            bounds.append(_quietest(samples, lo, max(round((right.start + shift) * rate), lo + 160)) / rate)
-        bounds.append(len(samples) / rate)
+            lo = round(max(left.end, right.start - ONSET_BEFORE) * SAMPLE_RATE)
+            hi = max(round((right.start + shift) * SAMPLE_RATE), lo + 160)
+            bounds.append(_quietest(samples, lo, hi) / SAMPLE_RATE)
+        bounds.append(len(samples) / SAMPLE_RATE)
         if all(a < b for a, b in itertools.pairwise(bounds)):
             points[cut.id] = ([w.word for w in words], bounds)
     return points
@@ -541,8 +541,6 @@ def splices(cut_sets: list, out: Path, seconds: float, model_dir: Path, seed: in
     sequences no prompt holds. Kept when already written."""
     import numpy as np
 
-    from srupp_asr.audio import SAMPLE_RATE
-
     if (out / "manifest.tsv").is_file():
         return _made_cuts(out, seconds, None)
     rng = np.random.default_rng(seed)
@@ -567,8 +565,7 @@ def splices(cut_sets: list, out: Path, seconds: float, model_dir: Path, seed: in
             cut_words, bounds = aligned[cut.id]
             count = min(len(cut_words), int(rng.integers(chunk[0], chunk[1] + 1)), target - len(said))
             first = int(rng.integers(0, len(cut_words) - count + 1))
-            start, stop = (round(bounds[k] * SAMPLE_RATE) for k in (first, first + count))
-            clip = _samples(cut)[start:stop].copy()
+            clip = _samples(cut.truncate(offset=bounds[first], duration=bounds[first + count] - bounds[first]))
             n = min(SPLICE_FADE, len(clip) // 2)
             clip[:n] *= fade[:n]
             clip[len(clip) - n :] *= fade[::-1][SPLICE_FADE - n :]

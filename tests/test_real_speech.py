@@ -424,7 +424,7 @@ def test_splices_cut_read_speech_between_its_words_and_join_one_speakers_runs_of
         assert np.abs(audio[:40]).max() < 0.01 and np.abs(audio[-40:]).max() < 0.01  # faded in and out
     assert fresh >= len(spliced) // 2  # word sequences no recording holds
     stamps = sorted(p.stat().st_mtime_ns for p in made.rglob("*.wav"))
-    again = list(rs.splices([cuts], made, 6.0, default_model_dir(), seed=3))
+    again = list(rs.splices([cuts], made, 6.0, model, seed=3))
     assert [c.id for c in again] == [c.id for c in spliced]  # kept: imported again, not written anew
     assert sorted(p.stat().st_mtime_ns for p in made.rglob("*.wav")) == stamps
 
