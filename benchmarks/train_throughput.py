@@ -28,6 +28,13 @@ was built, which also counts memory the allocator keeps after freeing it.
     python benchmarks/train_throughput.py --size small --device cuda --precision bf16
     python benchmarks/train_throughput.py --size large --device cuda --precision bf16   # ~100 M parameters
 
+``--batches K`` trains on K batches of different shapes in turn (seeds 0..K-1: the utterances, so the rows and
+lengths, differ as a sampler's batches do) instead of one; audio s / s is then the timed steps' audio over their
+total time. ``--cuda-graphs`` (CUDA, SRU++ only; the other encoders run eagerly on the same batches) computes the
+losses with :class:`srupp_asr.graphs.GraphedLosses`: each batch padded to ``--buckets SECONDS TOKENS ROWS``, the
+forward and backward of each padded shape recorded in a CUDA graph in its first step and replayed after, so the
+warm-up steps must cover every batch once (``--warmup-steps`` at least K).
+
 ``--compile`` runs the model under ``torch.compile`` (the recurrence, CTC and the encoder's padding check between
 its graphs; compiled in the first warm-up step, so give at least one). ``--profile N`` adds a torch.profiler table
 of N more steps with, per step, the device time, the host syncs (CUDA), and the aten operator calls (a proxy for
@@ -37,6 +44,7 @@ kernel launches, and the only count on a CPU).
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import platform
 import resource
@@ -52,6 +60,7 @@ import torch
 from srupp_asr.audio import SAMPLE_RATE
 from srupp_asr.decoder import IGNORE_ID
 from srupp_asr.encoders import ENCODER_NAMES, encoder_num_params
+from srupp_asr.graphs import GraphedLosses, ShapeBuckets
 from srupp_asr.model import SOS_EOS_ID, ASRModel
 from srupp_asr.schedulers import build_optimizer
 
@@ -199,6 +208,11 @@ def synthetic_batch(
     return {"audio": audio, "audio_lens": samples, "tokens": tokens, "token_lens": token_lens}
 
 
+def synthetic_batches(batch_seconds: float, utt_seconds: tuple[float, float], count: int) -> list[dict]:
+    """``count`` :func:`synthetic_batch` es, seeds ``SEED``, ``SEED + 1``, ...: their shapes vary as a sampler's do."""
+    return [synthetic_batch(batch_seconds, utt_seconds, SEED + i) for i in range(count)]
+
+
 def _peak_rss_bytes() -> int:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss if sys.platform == "darwin" else rss * 1024  # bytes on macOS, KiB on Linux
@@ -217,8 +231,11 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     device = torch.device(job["device"])
     # As in training (ASRLightningModule.transfer_batch_to_device): the lengths stay on the host, so the step never
     # waits for the device to read them.
-    batch = synthetic_batch(job["batch_seconds"], job["utt_seconds"])
-    batch = {k: v if k in ("audio_lens", "token_lens") else v.to(device) for k, v in batch.items()}
+    batches = [
+        {k: v if k in ("audio_lens", "token_lens") else v.to(device) for k, v in batch.items()}
+        for batch in synthetic_batches(job["batch_seconds"], job["utt_seconds"], job.get("batches", 1))
+    ]
+    batch = batches[0]
     _sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -235,10 +252,14 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     # torch.compile over the whole model: the SRU++ recurrence, CTC and the encoder's padding check run eagerly
     # between the compiled graphs. The batch keeps its shape, so the first (warm-up) step compiles once.
     forward = torch.compile(model) if job.get("compile") else model
+    if job.get("cuda_graphs"):
+        forward = GraphedLosses(model, ShapeBuckets(*job["buckets"]), max_graphs=max(16, len(batches)))
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=job["precision"] == "bf16")
     torch.backends.cudnn.benchmark = job.get("cudnn_benchmark", False)
+    stream = itertools.cycle(batches)
 
     def train_step() -> torch.Tensor:
+        batch = next(stream)
         optimizer.zero_grad(set_to_none=True)
         with autocast:
             loss = forward(**batch)["loss"]
@@ -248,7 +269,10 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
         return loss
 
     times = []
+    # The profile's steps go on through the batches where the timed ones stopped; the timed ones start at batch 0.
     for step in range(job["warmup_steps"] + job["steps"]):
+        if step == job["warmup_steps"]:
+            stream = itertools.cycle(batches)
         _sync(device)
         start = time.perf_counter()
         loss = train_step()
@@ -260,7 +284,8 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
         peak = torch.cuda.max_memory_allocated(device) - memory_before
     else:
         peak = _peak_rss_bytes() - memory_before
-    return {"times": times, "peak_memory": peak, "loss": float(loss.detach()), "profile": profile}
+    graphs = forward.recorded if isinstance(forward, GraphedLosses) else None
+    return {"times": times, "peak_memory": peak, "loss": float(loss.detach()), "profile": profile, "graphs": graphs}
 
 
 def _profile(train_step, device: torch.device, steps: int, rows: int = 25) -> str:
@@ -341,6 +366,8 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
     utt_seconds = tuple(args.utt_seconds or size.utt_seconds)
     steps = size.steps if args.steps is None else args.steps
     warmup = size.warmup_steps if args.warmup_steps is None else args.warmup_steps
+    if args.cuda_graphs and warmup < args.batches:
+        raise SystemExit("error: --cuda-graphs needs --warmup-steps of at least --batches (shapes record in warm-up)")
     if args.target_params is not None:
         target = round(args.target_params * 1e6)
     else:
@@ -353,20 +380,32 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
         detail = ", ".join(f"{name} {n:,}" for name, n in zip(counts, matched, strict=True))
         raise SystemExit(f"error: {args.match} parameter counts differ by {spread:.1%} (> 10%): {detail}")
 
-    batch = synthetic_batch(batch_seconds, utt_seconds)
-    audio_seconds = float(batch["audio_lens"].sum()) / SAMPLE_RATE
-    padded_seconds = batch["audio"].numel() / SAMPLE_RATE
+    batches = synthetic_batches(batch_seconds, utt_seconds, args.batches)
+    step_seconds = [float(b["audio_lens"].sum()) / SAMPLE_RATE for b in batches]
+    timed_seconds = sum(step_seconds[i % args.batches] for i in range(steps))  # the timed steps start at batch 0
     threads = args.threads or torch.get_num_threads()
     cudnn = (", cudnn.benchmark" if args.cudnn_benchmark else "") + (", torch.compile" if args.compile else "")
+    if args.cuda_graphs:
+        cudnn += ", CUDA graphs for srupp (buckets: {:g} s, {:d} tokens, {:d} rows)".format(*args.buckets)
+    if args.batches == 1:
+        batch = batches[0]
+        shape = (
+            f"batch of {batch['audio'].size(0)} utterances, {step_seconds[0]:.1f} s of audio "
+            f"({batch['audio'].numel() / SAMPLE_RATE:.1f} s padded), {int(batch['token_lens'].sum())} tokens"
+        )
+    else:
+        rows = [b["audio"].size(0) for b in batches]
+        shape = (
+            f"{args.batches} batches in turn, {min(rows)}-{max(rows)} utterances and "
+            f"{min(step_seconds):.1f}-{max(step_seconds):.1f} s of audio each"
+        )
     lines = [
         f"device: {_device_name(args.device)}, {threads} CPU threads, torch {torch.__version__}, "
         f"{args.precision}{cudnn}",
         f"command: python {shlex.join(sys.argv)}",
         "",
-        f"size {args.size}: batch of {batch['audio'].size(0)} utterances, {audio_seconds:.1f} s of audio "
-        f"({padded_seconds:.1f} s padded), {int(batch['token_lens'].sum())} tokens, vocabulary {VOCAB_SIZE}; "
-        f"{warmup} warm-up + {steps} timed steps. {args.match.capitalize()} parameters matched to "
-        f"{target / 1e6:.2f} M (spread {spread:.1%}, limit 10%).",
+        f"size {args.size}: {shape}, vocabulary {VOCAB_SIZE}; {warmup} warm-up + {steps} timed steps. "
+        f"{args.match.capitalize()} parameters matched to {target / 1e6:.2f} M (spread {spread:.1%}, limit 10%).",
         "",
     ]
     results = {}
@@ -383,12 +422,19 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
             "profile": args.profile,
             "cudnn_benchmark": args.cudnn_benchmark,
             "compile": args.compile,
+            "batches": args.batches,
+            "cuda_graphs": args.cuda_graphs and name == "srupp",
+            "buckets": tuple(args.buckets),
         }
         print(f"timing {name} ({counts[name][0] / 1e6:.2f} M parameters) ...", file=sys.stderr, flush=True)
         results[name] = _run_isolated(job)
 
+    def speed(result: dict[str, Any]) -> float:  # one batch: from the median step; several: over all timed steps
+        times = result["times"]
+        return step_seconds[0] / statistics.median(times) if args.batches == 1 else timed_seconds / sum(times)
+
     reference = "srupp" if "srupp" in results else next(iter(results))
-    ref_speed = audio_seconds / statistics.median(results[reference]["times"])
+    ref_speed = speed(results[reference])
     lines += [
         f"| encoder | width | params total | params encoder | audio s / s | ms / step (median) | "
         f"ms / step (mean) | speed vs {reference} | peak memory | final loss |",
@@ -397,15 +443,16 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
     for name, result in results.items():
         key = WIDTH_KNOBS[name][0]
         median, mean = statistics.median(result["times"]), statistics.mean(result["times"])
-        speed = audio_seconds / median
         total, encoder = counts[name]
+        graphs = "" if result["graphs"] is None else f" ({result['graphs']} graphs)"
         lines.append(
-            f"| {name} | {key} {configs[name]['encoder_conf'][key]} | {total / 1e6:.2f} M | {encoder / 1e6:.2f} M | "
-            f"{speed:.1f} | {median * 1e3:.0f} | {mean * 1e3:.0f} | {speed / ref_speed:.2f}x | "
-            f"{_mib(result['peak_memory'])} | {result['loss']:.1f} |"
+            f"| {name}{graphs} | {key} {configs[name]['encoder_conf'][key]} | {total / 1e6:.2f} M | "
+            f"{encoder / 1e6:.2f} M | {speed(result):.1f} | {median * 1e3:.0f} | {mean * 1e3:.0f} | "
+            f"{speed(result) / ref_speed:.2f}x | {_mib(result['peak_memory'])} | {result['loss']:.1f} |"
         )
     memory = "CUDA max_memory_allocated" if args.device == "cuda" else "peak RSS growth (ru_maxrss)"
-    lines += ["", f"audio s / s from the median step time; peak memory: {memory} from before the model was built."]
+    how = "the median step time" if args.batches == 1 else "the timed steps' audio over their total time"
+    lines += ["", f"audio s / s from {how}; peak memory: {memory} from before the model was built."]
     for name, result in results.items():
         if result["profile"]:
             lines += ["", f"{name}: {result['profile']}"]
@@ -431,6 +478,18 @@ def main() -> None:
     parser.add_argument(
         "--compile", action="store_true", help="torch.compile the model (compiled in the first warm-up step)"
     )
+    parser.add_argument("--batches", type=int, default=1, metavar="K", help="K batches of different shapes in turn")
+    parser.add_argument(
+        "--cuda-graphs", action="store_true", help="SRU++'s step in CUDA graphs (srupp_asr.graphs; --device cuda)"
+    )
+    parser.add_argument(
+        "--buckets",
+        nargs=3,
+        type=float,
+        default=(1.0, 16, 8),
+        metavar=("SECONDS", "TOKENS", "ROWS"),
+        help="--cuda-graphs: the edges each batch is padded up to (default 1 16 8)",
+    )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
@@ -446,6 +505,14 @@ def main() -> None:
         parser.error("--profile must not be negative")
     if args.compile and args.warmup_steps == 0:
         parser.error("--compile needs a warm-up step (the first step compiles)")
+    if args.batches < 1:
+        parser.error("--batches must be at least 1")
+    seconds, tokens, rows = args.buckets
+    if seconds <= 0 or tokens < 1 or rows < 1 or tokens != int(tokens) or rows != int(rows):
+        parser.error("--buckets needs SECONDS > 0 and whole TOKENS, ROWS >= 1")
+    args.buckets = (seconds, int(tokens), int(rows))
+    if args.cuda_graphs and (args.device != "cuda" or "srupp" not in args.encoders):
+        parser.error("--cuda-graphs needs --device cuda and the srupp encoder")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     for line in train_throughput(args):

@@ -169,7 +169,11 @@ class TransformerDecoder(nn.Module):
         return outputs
 
     def forward(
-        self, memory: torch.Tensor, memory_lens: torch.Tensor, ys_in: torch.Tensor, ys_in_lens: torch.Tensor
+        self,
+        memory: torch.Tensor,
+        memory_lens: torch.Tensor,
+        ys_in: torch.Tensor,
+        ys_in_lens: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Teacher-forced logits ``(B, U, vocab)`` for ``ys_in`` ``(B, U)`` over ``memory`` ``(B, T, memory_dim)``.
 

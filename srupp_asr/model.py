@@ -111,21 +111,28 @@ class ASRModel(nn.Module):
         """Number of parameters (elements), shared ones counted once."""
         return sum(p.numel() for p in self.parameters())
 
-    def encode(self, audio: torch.Tensor, audio_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(
+        self, audio: torch.Tensor, audio_lens: torch.Tensor, padded: bool | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S) 16 kHz waveforms and (B,) sample counts -> ((B, T', D) encoder output, (B,) frame counts), T' >= 1.
 
         The frame counts are on ``audio``'s device. ``audio_lens`` may stay on the host (CPU) while ``audio`` is on an
         accelerator, as a training batch's do (see ``ASRLightningModule.transfer_batch_to_device``): the encoder then
         learns on the host whether the batch is padded, and the host never waits for the device here.
 
+        ``padded`` (SRU++ only): whether any utterance is shorter than the batch, when the caller knows; then the
+        encoder does not read the lengths to learn it (a CUDA graph cannot read them: :mod:`srupp_asr.graphs`).
+
         With :attr:`encoder_autocast` set, the encoder runs under that dtype's autocast and its output is float32."""
         if self.encoder_autocast is None:
-            return self._encode(audio, audio_lens)
+            return self._encode(audio, audio_lens, padded)
         with torch.autocast(audio.device.type, dtype=self.encoder_autocast):
-            enc, lens = self._encode(audio, audio_lens)
+            enc, lens = self._encode(audio, audio_lens, padded)
         return enc.float(), lens
 
-    def _encode(self, audio: torch.Tensor, audio_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _encode(
+        self, audio: torch.Tensor, audio_lens: torch.Tensor, padded: bool | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         feats, lens = self.fbank(audio, audio_lens)
         feats = self.cmvn(feats, lens)
         if self.specaugment is not None:
@@ -138,7 +145,8 @@ class ASRModel(nn.Module):
             feats = F.pad(feats, (0, 0, 0, shortfall))
         x, lens = self.subsampling(feats, lens)
         # The same counts, on the host when the batch's are (the encoders read them there for free).
-        enc, _ = self.encoder(x, self.encoder_lengths(audio_lens) if _on_host(audio_lens) else lens)
+        lengths = self.encoder_lengths(audio_lens) if _on_host(audio_lens) else lens
+        enc, _ = self.encoder(x, lengths) if padded is None else self.encoder(x, lengths, padded=padded)
         return enc, lens
 
     def encoder_lengths(self, audio_lens: torch.Tensor) -> torch.Tensor:
@@ -173,11 +181,18 @@ class ASRModel(nn.Module):
         decoder's masks get a copy that does not block."""
         loss_ctc = loss_att = acc = None
         if self.ctc is not None:
-            loss_ctc = self._ctc_loss(enc, enc_lens, tokens, token_lens)
+            loss_ctc = self.ctc_loss(self.ctc_log_probs(enc), enc_lens, tokens, token_lens)
         if self.decoder is not None:
             enc_lens = enc_lens.to(enc.device, non_blocking=enc_lens.device.type == "cpu")
             token_lens = token_lens.to(tokens.device, non_blocking=token_lens.device.type == "cpu")
-            loss_att, acc = self._attention_loss(enc, enc_lens, tokens, token_lens)
+            ys_in, ys_out, _ = add_sos_eos(tokens, token_lens, SOS_EOS_ID)
+            loss_att, acc = self.attention_loss(enc, enc_lens, ys_in, ys_out)
+        return self.joint_loss(loss_ctc, loss_att, acc)
+
+    def joint_loss(
+        self, loss_ctc: torch.Tensor | None, loss_att: torch.Tensor | None, acc: torch.Tensor | None
+    ) -> dict[str, torch.Tensor | None]:
+        """The dict :meth:`losses` returns, from its parts: ``ctc_weight`` * CTC + (1 - ``ctc_weight``) * attention."""
         if loss_ctc is None:
             loss = loss_att
         elif loss_att is None:
@@ -186,24 +201,31 @@ class ASRModel(nn.Module):
             loss = self.ctc_weight * loss_ctc + (1.0 - self.ctc_weight) * loss_att
         return {"loss": loss, "loss_ctc": loss_ctc, "loss_att": loss_att, "acc": acc}
 
-    def _ctc_loss(
-        self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor
+    def ctc_loss(
+        self, log_probs: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor
     ) -> torch.Tensor:
-        log_probs = self.ctc_log_probs(enc).transpose(0, 1)  # (T', B, V), as ctc_loss wants
+        """CTC of :meth:`ctc_log_probs` ``(B, T', V)``, summed per utterance and averaged over the ``B`` rows."""
         targets = tokens.masked_fill(tokens == IGNORE_ID, BLANK_ID)  # padding past token_lens is never read
         # An utterance whose transcript cannot fit its frames has an infinite loss; zero_infinity drops it
-        # from the gradient instead of turning the whole batch into NaN.
+        # from the gradient instead of turning the whole batch into NaN. ctc_loss wants (T', B, V).
         total = F.ctc_loss(
-            log_probs, targets, enc_lens, token_lens, blank=BLANK_ID, reduction="sum", zero_infinity=True
+            log_probs.transpose(0, 1),
+            targets,
+            enc_lens,
+            token_lens,
+            blank=BLANK_ID,
+            reduction="sum",
+            zero_infinity=True,
         )
         return total / tokens.size(0)
 
-    def _attention_loss(
-        self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor
+    def attention_loss(
+        self, enc: torch.Tensor, enc_lens: torch.Tensor, ys_in: torch.Tensor, ys_out: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        ys_in, ys_out, ys_lens = add_sos_eos(tokens, token_lens, SOS_EOS_ID)
-        logits = self.decoder(enc, enc_lens, ys_in, ys_lens)
-        loss = self.att_loss(logits, ys_out)  # summed per utterance, divided by the batch size
+        """(label-smoothed loss summed per utterance and divided by the ``B`` rows, token accuracy) of the decoder
+        teacher-forced on :func:`~srupp_asr.decoder.add_sos_eos`'s ``ys_in`` against ``ys_out``, over ``enc``."""
+        logits = self.decoder(enc, enc_lens, ys_in, None)  # the decoder needs no ys_in lengths (causal masks)
+        loss = self.att_loss(logits, ys_out)
         keep = ys_out != IGNORE_ID
         correct = (logits.argmax(-1) == ys_out) & keep
         acc = correct.sum().float() / keep.sum().clamp(min=1)

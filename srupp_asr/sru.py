@@ -238,14 +238,21 @@ class SRUppEncoder(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return f"input_size={self.input_size}, d_model={self.d_model}, layers={len(self.layers)}, params={n:,}"
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, lengths: torch.Tensor | None = None, padded: bool | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``x``: ``(B, T, input_size)``; ``lengths``: ``(B,)`` valid frames. Returns ``(out, lengths)``,
-        ``out`` of shape ``(B, T, d_model)`` with zeros on padded frames."""
+        ``out`` of shape ``(B, T, d_model)`` with zeros on padded frames. ``padded``: whether some length is below
+        ``T``, when the caller knows (True is always correct; the masks then cost a little where none is needed);
+        None reads the lengths to learn it."""
         B, T, _ = x.shape
         h = self.input_proj(x).transpose(0, 1)
-        # Read on the host: free for host lengths (a training batch's, see ASRModel.encode, or a CPU run); lengths
-        # on an accelerator make the host wait for this one value.
-        padded = lengths is not None and bool((lengths < T).any())
+        if lengths is None:
+            padded = False
+        elif padded is None:
+            # Read on the host: free for host lengths (a training batch's, see ASRModel.encode, or a CPU run);
+            # lengths on an accelerator make the host wait for this one value.
+            padded = bool((lengths < T).any())
         host = lengths is not None and lengths.device.type == "cpu"
         mask = key_mask = None  # nothing padded: the kernels skip the mask
         if padded:

@@ -96,6 +96,42 @@ def test_measure_times_each_step_after_warm_up(encoder):
     assert result["peak_memory"] >= 0 and torch.isfinite(torch.tensor(result["loss"]))
 
 
+def test_measure_goes_through_batches_of_different_shapes_in_turn(monkeypatch):
+    batches = tt.synthetic_batches(3.0, (0.5, 1.5), 3)
+    assert len({(b["audio"].shape, b["tokens"].shape) for b in batches}) == 3
+    assert torch.equal(batches[0]["audio"], tt.synthetic_batch(3.0, (0.5, 1.5))["audio"])
+    seen = []
+    forward = tt.ASRModel.forward
+
+    def recording(self, audio, audio_lens, tokens, token_lens):
+        seen.append(audio.shape)
+        return forward(self, audio, audio_lens, tokens, token_lens)
+
+    monkeypatch.setattr(tt.ASRModel, "forward", recording)
+    model = tt.model_kwargs(tt.SIZES["ci"], "srupp", {"d_model": 32, "num_layers": 2, "attn_dim": 16})
+    model["d_model"], model["decoder_conf"] = 16, {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32}
+    job = {"model": model, "device": "cpu", "precision": "fp32", "threads": None, "batch_seconds": 3.0}
+    job |= {"utt_seconds": (0.5, 1.5), "steps": 2, "warmup_steps": 1, "batches": 3}
+    result = tt.measure(job)
+    assert len(result["times"]) == 2 and result["graphs"] is None
+    # One warm-up step (batch 0), then the timed steps from batch 0 again.
+    assert seen == [b["audio"].shape for b in (batches[0], batches[0], batches[1])]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--cuda-graphs"], "--cuda-graphs needs --device cuda"),
+        (["--batches", "0"], "--batches must be at least 1"),
+        (["--buckets", "1", "0", "8"], "--buckets needs"),
+    ],
+)
+def test_command_line_refuses_graphs_without_cuda_and_bad_batches(options, message):
+    command = [sys.executable, str(SCRIPT), *options]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr
+
+
 def test_a_target_out_of_reach_is_an_error():
     with pytest.raises(SystemExit, match="parameters at best"):
         tt.match_width(tt.SIZES["ci"], "srupp", 1000, "total")  # less than the shared parts alone
@@ -118,6 +154,8 @@ def test_unmatched_sizes_stop_before_timing(monkeypatch):
         device="cpu",
         precision="fp32",
         threads=None,
+        batches=1,
+        cuda_graphs=False,
     )
     with pytest.raises(SystemExit, match="parameter counts differ"):
         tt.train_throughput(args)
