@@ -44,6 +44,7 @@ import torch
 from srupp_asr.checks import check_int, check_number, config_options
 from srupp_asr.errors import UserError
 from srupp_asr.frontend import load_cmvn
+from srupp_asr.graphs import GraphedLosses, ShapeBuckets
 from srupp_asr.lightning_checkpoints import prepare_resume
 from srupp_asr.model import ASRModel, ctc_frames_needed
 from srupp_asr.model_dir import initial_weights
@@ -58,6 +59,22 @@ DUPLICATE_ID = re.compile(r"_dup\d+$")
 # The batch entries transfer_batch_to_device leaves on the host, and the key of its host copy of the tokens.
 HOST_KEYS = ("audio_lens", "token_lens")
 HOST_TOKENS = "host_tokens"
+
+
+def _graphed_losses(model: ASRModel, options: Any) -> GraphedLosses:
+    """The :class:`~srupp_asr.graphs.GraphedLosses` of ``model.cuda_graphs`` (a dict: ``seconds``, ``tokens``,
+    ``rows``, ``max_graphs``); a bad value is a one-line error naming the option."""
+    known = {"seconds", "tokens", "rows", "max_graphs"}
+    if not isinstance(options, dict) or not set(options) <= known:
+        raise UserError(f"model.cuda_graphs must be a mapping of {', '.join(sorted(known))} (or {{}}), got {options!r}")
+    options = dict(options)
+    with config_options("model.cuda_graphs"):
+        max_graphs = options.pop("max_graphs", 16)
+        buckets = ShapeBuckets(**options)
+        try:
+            return GraphedLosses(model, buckets, max_graphs=max_graphs)
+        except UserError as err:
+            raise UserError(f"model.cuda_graphs: {err}") from None
 
 
 class ASRLightningModule(L.LightningModule):
@@ -84,11 +101,15 @@ class ASRLightningModule(L.LightningModule):
         optimizer: Literal["adam", "adamw"] = "adam",
         max_consecutive_nonfinite: int = 100,
         init_from: str | None = None,
+        cuda_graphs: dict[str, Any] | None = None,
     ) -> None:
         """``tokenizer``: sentencepiece model path; ``cmvn``: JSON stats from ``frontend.save_cmvn``; the
         network arguments are :class:`ASRModel`'s; ``lr`` is the Noam schedule's peak, reached at ``warmup_steps``;
         ``init_from``: a model directory or training checkpoint whose weights a new fit starts from (see
-        :meth:`setup`)."""
+        :meth:`setup`); ``cuda_graphs``: train with the step's forward and backward in CUDA graphs
+        (:mod:`srupp_asr.graphs`; SRU++, one device), a dict of :class:`~srupp_asr.graphs.ShapeBuckets`' edges
+        (``seconds``, ``tokens``, ``rows``) and ``max_graphs``, ``{}`` for the defaults; None: no graphs. On a CPU
+        the same padded computation runs without graphs."""
         super().__init__()
         self.save_hyperparameters()
         if optimizer not in OPTIMIZERS:
@@ -110,6 +131,9 @@ class ASRLightningModule(L.LightningModule):
                 specaugment=specaugment,
                 dither=dither,
             )
+        self._graphed: GraphedLosses | None = None
+        if cuda_graphs is not None:
+            self._graphed = _graphed_losses(self.model, cuda_graphs)
         if cmvn is not None:
             mean, std = load_cmvn(cmvn)
             try:
@@ -155,10 +179,16 @@ class ASRLightningModule(L.LightningModule):
         out = None
         if batch_size > 0:  # the dataset leaves out cuts whose audio fails to load, possibly all of them
             audio_lens, tokens, token_lens = batch["audio_lens"], batch["tokens"], batch["token_lens"]
-            enc, enc_lens = self.model.encode(batch["audio"], audio_lens)
-            if audio_lens.device.type == "cpu":  # kept on the host (transfer_batch_to_device): CTC reads them there
+            if self._graphed is not None:
+                if self.trainer.world_size > 1:
+                    raise UserError("model.cuda_graphs: training on one device only (not under DDP)")
+                out = self._graphed(batch["audio"], audio_lens, tokens, token_lens)
                 enc_lens = self.model.encoder_lengths(audio_lens)
-            out = self.model.losses(enc, enc_lens, tokens, token_lens)
+            else:
+                enc, enc_lens = self.model.encode(batch["audio"], audio_lens)
+                if audio_lens.device.type == "cpu":  # kept on the host (transfer_batch_to_device): CTC reads them
+                    enc_lens = self.model.encoder_lengths(audio_lens)
+                out = self.model.losses(enc, enc_lens, tokens, token_lens)
             if self.model.ctc is not None:
                 self._count_ctc_unreachable(enc_lens, batch.get(HOST_TOKENS, tokens), token_lens, batch_size)
         if self._skips_on_device():

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from srupp_asr.checks import ConfigValueError
 from srupp_asr.errors import UserError
 from srupp_asr.graphs import GraphedLosses, ShapeBuckets
+from srupp_asr.lightning_module import ASRLightningModule
 from srupp_asr.model import ASRModel
+from tests.helpers import cpu_trainer
 from tests.host_syncs import HostSyncCounter
 
 VOCAB = 12
@@ -107,6 +111,58 @@ def test_the_graphed_part_reads_nothing_back_to_the_host():
 def test_only_the_srupp_encoder_can_be_graphed():
     with pytest.raises(UserError, match="srupp encoder, not ConformerEncoder"):
         GraphedLosses(model(encoder="conformer"))
+
+
+def _module(tokenizer, cuda_graphs, encoder: str = "srupp") -> ASRLightningModule:
+    torch.manual_seed(0)
+    conf = ENCODER if encoder == "srupp" else {"num_layers": 1, "num_heads": 2, "ffn_dim": 32}
+    return ASRLightningModule(
+        str(tokenizer.path),
+        d_model=16,
+        encoder=encoder,
+        encoder_conf=conf,
+        decoder_conf=DECODER,
+        specaugment=None,
+        warmup_steps=10,
+        cuda_graphs=cuda_graphs,
+    )
+
+
+def test_training_with_the_cuda_graphs_option_takes_the_same_steps(char_tokenizer):
+    # model.cuda_graphs routes training_step through GraphedLosses (on a CPU: the padded computation, no graphs).
+    audio, lens, _, _ = batch()
+    tokens = [torch.tensor(char_tokenizer.encode(t)) for t in ("hello world", "the cat", "fun")]
+    token_lens = torch.tensor([len(t) for t in tokens])
+    tokens = torch.nn.utils.rnn.pad_sequence(tokens, batch_first=True, padding_value=-1)
+    data = [{"audio": audio, "audio_lens": lens, "tokens": tokens, "token_lens": token_lens}] * 2
+    weights = []
+    for graphs in (None, {"seconds": 0.5, "tokens": 4, "rows": 4, "max_graphs": 2}):
+        module = _module(char_tokenizer, graphs)
+        assert (module._graphed is None) == (graphs is None)
+        cpu_trainer(2).fit(module, train_dataloaders=torch.utils.data.DataLoader(data, batch_size=None))
+        weights.append(torch.cat([p.detach().flatten() for p in module.parameters()]))
+    torch.testing.assert_close(weights[1], weights[0], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"seconds": 0}, ConfigValueError, "model.cuda_graphs.seconds must be"),
+        ({"max_graphs": 0}, ConfigValueError, "model.cuda_graphs.max_graphs must be"),
+        ({"buckets": 2}, UserError, "model.cuda_graphs must be a mapping of max_graphs, rows, seconds, tokens"),
+        (True, UserError, "model.cuda_graphs must be a mapping"),
+    ],
+)
+def test_bad_cuda_graphs_options_name_the_option(char_tokenizer, options, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        _module(char_tokenizer, options)
+
+
+def test_the_cuda_graphs_option_needs_the_srupp_encoder(char_tokenizer):
+    with pytest.raises(
+        UserError, match=re.escape("model.cuda_graphs: CUDA graphs of the training step need the srupp")
+    ):
+        _module(char_tokenizer, {}, encoder="conformer")
 
 
 # ------------------------------------------------------------------ on a GPU: recorded, replayed
