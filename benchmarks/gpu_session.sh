@@ -12,8 +12,8 @@
 #          the fused Adam / contiguous mask / 2x8 fixes were already in it).
 #   there: benchmarks/gpu_session.sh        (carry .whl, the wheels the machine lacks, and exp/baseline)
 #
-# PARTS picks the parts (default "after before compile tests"; also "cudnn", "recurrence"); TESTS, the GPU tests'
-# pytest arguments
+# PARTS picks the parts (default "after before graphs compile tests"; also "cudnn", "recurrence"); TESTS, the GPU
+# tests' pytest arguments
 # (default: all of them, through tests/run_gpu_tests.py). The decoding GPU tests synthesise speech with espeak-ng:
 # carry its .debs in .espeak_debs (apt-get download espeak-ng and its libraries) and they are installed first.
 #
@@ -32,7 +32,7 @@ fi
 if [ -d .espeak_debs ] && ! command -v espeak-ng >/dev/null; then
   bash recipes/synth_en/local/install_debs.sh --no-check .espeak_debs >/dev/null || say "espeak-ng debs failed"
 fi
-parts=" ${PARTS:-after before compile tests} "
+parts=" ${PARTS:-after before graphs compile tests} "
 part() { [[ $parts == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee "$out/gpu.txt"
 export PYTHONUNBUFFERED=1
@@ -44,6 +44,17 @@ if [ -d exp/baseline ] && part before; then
   say "training step, before the fixes (exp/baseline)"
   PYTHONPATH=exp/baseline${PYTHONPATH:+:$PYTHONPATH} timeout 130 "$py" exp/baseline/"${throughput[0]}" \
     "${throughput[@]:1}" --profile 3 >"$out/throughput_before.md" 2>"$out/throughput_before.err"
+fi
+# CUDA graphs (srupp_asr.graphs, issue 39): 8 batch shapes in turn (as a sampler's batches vary), SRU++ eager, SRU++
+# with its forward and backward in graphs (each shape recorded in its warm-up step) and the Conformer eager, in one
+# run; at the large size's 200-s batch and at the LibriSpeech recipe's 600 s (conf/librispeech_srupp.yaml).
+shapes=(--batches 8 --warmup-steps 8 --steps 16 --cuda-graphs)
+if part graphs; then
+  say "training step over 8 batch shapes: SRU++ eager, SRU++ in CUDA graphs, Conformer eager (200 s)"
+  timeout 240 "$py" "${throughput[@]}" "${shapes[@]}" >"$out/throughput_graphs.md" 2>"$out/throughput_graphs.err"
+  say "the same at 600 s a batch"
+  timeout 300 "$py" "${throughput[@]}" "${shapes[@]}" --batch-seconds 600 >"$out/throughput_graphs_600.md" \
+    2>"$out/throughput_graphs_600.err"
 fi
 # torch.compile: the first warm-up step compiles (a minute or two per encoder at this size; the parts together fit
 # 15 minutes of device time with the machine's start only if compile takes under 4 minutes).
@@ -67,7 +78,7 @@ if part tests; then
 fi
 say "done"
 
-for f in throughput_before throughput_after throughput_compile throughput_cudnn; do
+for f in throughput_before throughput_after throughput_graphs throughput_graphs_600 throughput_compile throughput_cudnn; do
   [ -f "$out/$f.md" ] || continue
   echo "== $f"
   grep -E '^(device|size|\| |srupp:|conformer:|per step)' "$out/$f.md" | grep -v '^| *aten\|^| *-' | head -12

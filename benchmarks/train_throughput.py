@@ -30,8 +30,8 @@ was built, which also counts memory the allocator keeps after freeing it.
 
 ``--batches K`` trains on K batches of different shapes in turn (seeds 0..K-1: the utterances, so the rows and
 lengths, differ as a sampler's batches do) instead of one; audio s / s is then the timed steps' audio over their
-total time. ``--cuda-graphs`` (CUDA, SRU++ only; the other encoders run eagerly on the same batches) computes the
-losses with :class:`srupp_asr.graphs.GraphedLosses`: each batch padded to ``--buckets SECONDS TOKENS ROWS``, the
+total time. ``--cuda-graphs`` (CUDA) adds a row: SRU++ again (after its eager row, on the same batches) with the
+losses of :class:`srupp_asr.graphs.GraphedLosses`: each batch padded to ``--buckets SECONDS TOKENS ROWS``, the
 forward and backward of each padded shape recorded in a CUDA graph in its first step and replayed after, so the
 warm-up steps must cover every batch once (``--warmup-steps`` at least K).
 
@@ -408,8 +408,13 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
         f"{args.match.capitalize()} parameters matched to {target / 1e6:.2f} M (spread {spread:.1%}, limit 10%).",
         "",
     ]
-    results = {}
-    for name, kwargs in configs.items():
+    # Rows: each encoder eagerly; with --cuda-graphs, SRU++ once more in graphs (the same batches, its own process).
+    runs = [(name, name, False) for name in configs]
+    if args.cuda_graphs:
+        runs.insert(1, ("srupp, CUDA graphs", "srupp", True))
+    results, encoder_of = {}, {}
+    for label, name, graphs in runs:
+        kwargs = configs[name]
         job = {
             "model": kwargs,
             "device": args.device,
@@ -423,11 +428,11 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
             "cudnn_benchmark": args.cudnn_benchmark,
             "compile": args.compile,
             "batches": args.batches,
-            "cuda_graphs": args.cuda_graphs and name == "srupp",
+            "cuda_graphs": graphs,
             "buckets": tuple(args.buckets),
         }
-        print(f"timing {name} ({counts[name][0] / 1e6:.2f} M parameters) ...", file=sys.stderr, flush=True)
-        results[name] = _run_isolated(job)
+        print(f"timing {label} ({counts[name][0] / 1e6:.2f} M parameters) ...", file=sys.stderr, flush=True)
+        results[label], encoder_of[label] = _run_isolated(job), name
 
     def speed(result: dict[str, Any]) -> float:  # one batch: from the median step; several: over all timed steps
         times = result["times"]
@@ -440,22 +445,23 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
         f"ms / step (mean) | speed vs {reference} | peak memory | final loss |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, result in results.items():
+    for label, result in results.items():
+        name = encoder_of[label]
         key = WIDTH_KNOBS[name][0]
         median, mean = statistics.median(result["times"]), statistics.mean(result["times"])
         total, encoder = counts[name]
-        graphs = "" if result["graphs"] is None else f" ({result['graphs']} graphs)"
+        graphs = "" if result["graphs"] is None else f" ({result['graphs']} recorded)"
         lines.append(
-            f"| {name}{graphs} | {key} {configs[name]['encoder_conf'][key]} | {total / 1e6:.2f} M | "
+            f"| {label}{graphs} | {key} {configs[name]['encoder_conf'][key]} | {total / 1e6:.2f} M | "
             f"{encoder / 1e6:.2f} M | {speed(result):.1f} | {median * 1e3:.0f} | {mean * 1e3:.0f} | "
             f"{speed(result) / ref_speed:.2f}x | {_mib(result['peak_memory'])} | {result['loss']:.1f} |"
         )
     memory = "CUDA max_memory_allocated" if args.device == "cuda" else "peak RSS growth (ru_maxrss)"
     how = "the median step time" if args.batches == 1 else "the timed steps' audio over their total time"
     lines += ["", f"audio s / s from {how}; peak memory: {memory} from before the model was built."]
-    for name, result in results.items():
+    for label, result in results.items():
         if result["profile"]:
-            lines += ["", f"{name}: {result['profile']}"]
+            lines += ["", f"{label}: {result['profile']}"]
     return lines
 
 

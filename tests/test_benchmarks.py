@@ -118,6 +118,35 @@ def test_measure_goes_through_batches_of_different_shapes_in_turn(monkeypatch):
     assert seen == [b["audio"].shape for b in (batches[0], batches[0], batches[1])]
 
 
+def test_cuda_graphs_add_a_graphed_srupp_row_on_the_same_batches(monkeypatch):
+    # On a CPU GraphedLosses runs its padded computation without recording graphs (0 recorded); on a GPU the same
+    # wiring records them. In-process here: _run_isolated would spawn an interpreter per row.
+    monkeypatch.setattr(tt, "_run_isolated", tt.measure)
+    args = argparse.Namespace(
+        size="ci",
+        encoders=["srupp", "conformer"],
+        batch_seconds=2.0,
+        utt_seconds=[0.5, 1.0],
+        steps=1,
+        warmup_steps=2,
+        target_params=None,
+        match="total",
+        device="cpu",
+        precision="fp32",
+        threads=None,
+        profile=0,
+        cudnn_benchmark=False,
+        compile=False,
+        batches=2,
+        cuda_graphs=True,
+        buckets=(1.0, 16, 8),
+    )
+    lines = tt.train_throughput(args)
+    rows = [line.split(" | ")[0] for line in lines if line.startswith("| ") and "params total" not in line]
+    assert rows == ["| srupp", "| srupp, CUDA graphs (0 recorded)", "| conformer"]
+    assert any("CUDA graphs for srupp (buckets: 1 s, 16 tokens, 8 rows)" in line for line in lines)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
