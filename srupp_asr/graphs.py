@@ -147,10 +147,9 @@ class GraphedLosses:
             log_probs = outputs.pop(0)[:batch]
             loss_ctc = self.model.ctc_loss(log_probs, self.model.encoder_lengths(audio_lens), tokens, token_lens)
         if self.model.decoder is not None:
-            loss_att, acc = outputs
-            if rows != batch:  # the core divided the summed loss by the padded rows
-                loss_att = loss_att * (rows / batch)
-            acc = acc.clone()  # a graph's output is overwritten at its next replay; the logged value must not be
+            # The core divided the summed loss by the padded rows. A graph's outputs are overwritten at its next
+            # replay: what leaves here (and may be logged later) is a new tensor.
+            loss_att, acc = outputs[0] * (rows / batch), outputs[1].clone()
         return self.model.joint_loss(loss_ctc, loss_att, acc)
 
     def _graphed_core(self, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:

@@ -237,3 +237,19 @@ def test_graphs_train_under_bf16_autocast_with_dropout():
         losses.append(float(out["loss"]))
     assert graphed.recorded == 1
     assert all(torch.isfinite(torch.tensor(losses))) and len(set(losses)) == 4
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_lightning_trains_with_the_cuda_graphs_option_on_a_gpu(char_tokenizer):
+    # The whole loop: bf16-mixed (Lightning's autocast, its cache on), fused Adam's device-side skip, logging.
+    audio, lens, _, _ = batch()
+    tokens = [torch.tensor(char_tokenizer.encode(t)) for t in ("hello world", "the cat", "fun")]
+    token_lens = torch.tensor([len(t) for t in tokens])
+    tokens = torch.nn.utils.rnn.pad_sequence(tokens, batch_first=True, padding_value=-1)
+    data = [{"audio": audio, "audio_lens": lens, "tokens": tokens, "token_lens": token_lens}] * 3
+    module = _module(char_tokenizer, {"seconds": 0.5, "tokens": 4, "rows": 4})
+    trainer = cpu_trainer(3, accelerator="gpu", precision="bf16-mixed")
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(data, batch_size=None))
+    assert module._graphed.recorded == 1
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
