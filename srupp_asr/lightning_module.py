@@ -172,6 +172,15 @@ class ASRLightningModule(L.LightningModule):
 
     # ---------------------------------------------------------------- training
 
+    def on_fit_start(self) -> None:
+        """Refuse ``cuda_graphs`` under DDP (before any step), and say so when there is no GPU to record them on."""
+        if self._graphed is None:
+            return
+        if self.trainer.world_size > 1:
+            raise UserError("model.cuda_graphs: training on one device only (not under DDP)")
+        if self.device.type != "cuda":
+            log.warning("model.cuda_graphs: no CUDA device; the padded step runs without graphs")
+
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor | None:
         """Joint loss of one batch; a batch whose loss is not finite on any rank is skipped on every rank (by the
         optimizer on the device where it can: :meth:`_skips_on_device`)."""
@@ -180,8 +189,6 @@ class ASRLightningModule(L.LightningModule):
         if batch_size > 0:  # the dataset leaves out cuts whose audio fails to load, possibly all of them
             audio_lens, tokens, token_lens = batch["audio_lens"], batch["tokens"], batch["token_lens"]
             if self._graphed is not None:
-                if self.trainer.world_size > 1:
-                    raise UserError("model.cuda_graphs: training on one device only (not under DDP)")
                 out = self._graphed(batch["audio"], audio_lens, tokens, token_lens)
                 enc_lens = self.model.encoder_lengths(audio_lens)
             else:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import types
 
 import pytest
 import torch
@@ -128,7 +130,7 @@ def _module(tokenizer, cuda_graphs, encoder: str = "srupp") -> ASRLightningModul
     )
 
 
-def test_training_with_the_cuda_graphs_option_takes_the_same_steps(char_tokenizer):
+def test_training_with_the_cuda_graphs_option_takes_the_same_steps(char_tokenizer, caplog):
     # model.cuda_graphs routes training_step through GraphedLosses (on a CPU: the padded computation, no graphs).
     audio, lens, _, _ = batch()
     tokens = [torch.tensor(char_tokenizer.encode(t)) for t in ("hello world", "the cat", "fun")]
@@ -139,8 +141,11 @@ def test_training_with_the_cuda_graphs_option_takes_the_same_steps(char_tokenize
     for graphs in (None, {"seconds": 0.5, "tokens": 4, "rows": 4, "max_graphs": 2}):
         module = _module(char_tokenizer, graphs)
         assert (module._graphed is None) == (graphs is None)
-        cpu_trainer(2).fit(module, train_dataloaders=torch.utils.data.DataLoader(data, batch_size=None))
+        with caplog.at_level(logging.WARNING, logger="srupp_asr"):
+            cpu_trainer(2).fit(module, train_dataloaders=torch.utils.data.DataLoader(data, batch_size=None))
         weights.append(torch.cat([p.detach().flatten() for p in module.parameters()]))
+        warned = "model.cuda_graphs: no CUDA device; the padded step runs without graphs" in caplog.text
+        assert warned == (graphs is not None)
     torch.testing.assert_close(weights[1], weights[0], rtol=1e-4, atol=1e-6)
 
 
@@ -163,6 +168,13 @@ def test_the_cuda_graphs_option_needs_the_srupp_encoder(char_tokenizer):
         UserError, match=re.escape("model.cuda_graphs: CUDA graphs of the training step need the srupp")
     ):
         _module(char_tokenizer, {}, encoder="conformer")
+
+
+def test_the_cuda_graphs_option_refuses_ddp_before_the_first_step(char_tokenizer):
+    module = _module(char_tokenizer, {})
+    module._trainer = types.SimpleNamespace(world_size=2)  # what on_fit_start reads of a DDP trainer
+    with pytest.raises(UserError, match=re.escape("model.cuda_graphs: training on one device only (not under DDP)")):
+        module.on_fit_start()
 
 
 # ------------------------------------------------------------------ on a GPU: recorded, replayed
