@@ -25,6 +25,15 @@ def _load_benchmark():
 tt = _load_benchmark()
 
 
+def _args(**options) -> argparse.Namespace:
+    """The command line's defaults at the ci size on the CPU, with ``options`` changed."""
+    defaults = {"size": "ci", "encoders": list(tt.ENCODER_NAMES), "batch_seconds": None, "utt_seconds": None}
+    defaults |= {"steps": None, "warmup_steps": None, "target_params": None, "match": "total", "device": "cpu"}
+    defaults |= {"precision": "fp32", "threads": None, "profile": 0, "cudnn_benchmark": False, "compile": False}
+    defaults |= {"batches": 1, "cuda_graphs": False, "buckets": (1.0, 16, 8)}
+    return argparse.Namespace(**{**defaults, **options})
+
+
 def _counts(size_name: str, match: str) -> dict[str, tuple[int, int]]:
     size = tt.SIZES[size_name]
     target = tt.count_params(tt.model_kwargs(size, "srupp", size.encoders["srupp"]))[match == "encoder"]
@@ -122,25 +131,8 @@ def test_cuda_graphs_add_a_graphed_srupp_row_on_the_same_batches(monkeypatch):
     # On a CPU GraphedLosses runs its padded computation without recording graphs (0 recorded); on a GPU the same
     # wiring records them. In-process here: _run_isolated would spawn an interpreter per row.
     monkeypatch.setattr(tt, "_run_isolated", tt.measure)
-    args = argparse.Namespace(
-        size="ci",
-        encoders=["srupp", "conformer"],
-        batch_seconds=2.0,
-        utt_seconds=[0.5, 1.0],
-        steps=1,
-        warmup_steps=2,
-        target_params=None,
-        match="total",
-        device="cpu",
-        precision="fp32",
-        threads=None,
-        profile=0,
-        cudnn_benchmark=False,
-        compile=False,
-        batches=2,
-        cuda_graphs=True,
-        buckets=(1.0, 16, 8),
-    )
+    args = _args(encoders=["srupp", "conformer"], batch_seconds=2.0, utt_seconds=[0.5, 1.0], steps=1, warmup_steps=2)
+    args.batches, args.cuda_graphs = 2, True
     lines = tt.train_throughput(args)
     rows = [line.split(" | ")[0] for line in lines if line.startswith("| ") and "params total" not in line]
     assert rows == ["| srupp", "| srupp, CUDA graphs (0 recorded)", "| conformer"]
@@ -171,21 +163,7 @@ def test_unmatched_sizes_stop_before_timing(monkeypatch):
         return {**size.encoders[name], **({"d_model": 1024} if name == "blstm" else {})}
 
     monkeypatch.setattr(tt, "match_width", presets)
-    args = argparse.Namespace(
-        size="ci",
-        encoders=list(tt.ENCODER_NAMES),
-        batch_seconds=None,
-        utt_seconds=None,
-        steps=None,
-        warmup_steps=None,
-        target_params=None,
-        match="total",
-        device="cpu",
-        precision="fp32",
-        threads=None,
-        batches=1,
-        cuda_graphs=False,
-    )
+    args = _args()
     with pytest.raises(SystemExit, match="parameter counts differ"):
         tt.train_throughput(args)
 

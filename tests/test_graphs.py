@@ -25,9 +25,13 @@ DECODER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "dropo
 BUCKETS = ShapeBuckets(seconds=0.5, tokens=4, rows=4)
 
 
+def _encoder_conf(encoder: str) -> dict:
+    return ENCODER if encoder == "srupp" else {"num_layers": 1, "num_heads": 2, "ffn_dim": 32}
+
+
 def model(ctc_weight: float = 0.3, encoder: str = "srupp", **kwargs) -> ASRModel:
     torch.manual_seed(0)
-    conf = ENCODER if encoder == "srupp" else {"num_layers": 1, "num_heads": 2, "ffn_dim": 32}
+    conf = _encoder_conf(encoder)
     return ASRModel(
         VOCAB,
         d_model=16,
@@ -117,7 +121,7 @@ def test_only_the_srupp_encoder_can_be_graphed():
 
 def _module(tokenizer, cuda_graphs, encoder: str = "srupp") -> ASRLightningModule:
     torch.manual_seed(0)
-    conf = ENCODER if encoder == "srupp" else {"num_layers": 1, "num_heads": 2, "ffn_dim": 32}
+    conf = _encoder_conf(encoder)
     return ASRLightningModule(
         str(tokenizer.path),
         d_model=16,
