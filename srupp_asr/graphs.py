@@ -15,13 +15,14 @@ recorded sequence of kernels in one call, but only at the shapes and memory addr
 * CTC's loss runs eagerly on the graph's log-probabilities: PyTorch's CUDA CTC reads its lengths on the host, and a
   graph would replay the lengths it was recorded with.
 
-The padding changes no number beyond rounding: padded samples, frames and tokens are masked as a batch's shorter
-utterances always are, the empty rows add nothing to the sums, and the sums are divided by the real rows
-(tests/test_graphs.py checks the losses and gradients against :class:`~srupp_asr.model.ASRModel` on the CPU, where
-:class:`GraphedLosses` runs the same padded computation without graphs). The core reads nothing back to the host
-(tests/test_graphs.py counts), which recording requires. Dropout and SpecAugment draw from the CUDA generator,
-which graphs advance at each replay. The SRU++ encoder only: the Conformer's BatchNorm and the BLSTM's packing
-read lengths on the host.
+The padding changes no number beyond rounding (random draws aside: SpecAugment and dropout draw for the padded
+shape, so their masks differ from an unpadded step's, as they would with another seed): padded samples, frames and
+tokens are masked as a batch's shorter utterances always are, the empty rows add nothing to the sums, and the sums
+are divided by the real rows (tests/test_graphs.py checks the losses and gradients against
+:class:`~srupp_asr.model.ASRModel` on the CPU, where :class:`GraphedLosses` runs the same padded computation without
+graphs). The core reads nothing back to the host (tests/test_graphs.py counts), which recording requires. Dropout
+and SpecAugment draw from the CUDA generator, which graphs advance at each replay. The SRU++ encoder only: the
+Conformer's BatchNorm and the BLSTM's packing read lengths on the host.
 """
 
 from __future__ import annotations
