@@ -143,10 +143,13 @@ job_compare() {
 }
 
 # What read-mix adds to every row's `train fit` (after benchmarks/real_speech.py's CPU settings: the last wins):
-# the GPU config's batch and precision, validation every 100 steps, and a fine-tune's peak learning rate.
+# the GPU config's batch and precision, validation every 100 steps, a fine-tune's peak learning rate, and what the
+# CPU rounds found better on the real dev sets (benchmarks/RESULTS.md rounds 11 and 14): no SpecAugment, and no
+# dropout in the attention decoder (the built-in model's decoder shape).
 READ_MIX_GPU_ARGS="--trainer.accelerator gpu --trainer.precision bf16-mixed --data.max_duration 400 \
 --data.num_workers 8 --trainer.val_check_interval 100 --trainer.log_every_n_steps 20 --model.lr 0.0005 \
---model.warmup_steps 100"
+--model.warmup_steps 100 --model.specaugment null \
+--model.decoder_conf '{\"d_model\": 256, \"num_layers\": 3, \"num_heads\": 4, \"ffn_dim\": 1024, \"dropout\": 0.0}'"
 
 job_read_mix() {
   local minutes=${1:-6} data exp real init rows
