@@ -33,7 +33,8 @@ lengths, differ as a sampler's batches do) instead of one; audio s / s is then t
 total time. ``--cuda-graphs`` (CUDA) adds a row: SRU++ again (after its eager row, on the same batches) with the
 losses of :class:`srupp_asr.graphs.GraphedLosses`: each batch padded to ``--buckets SECONDS TOKENS ROWS``, the
 forward and backward of each padded shape recorded in a CUDA graph in its first step and replayed after, so the
-warm-up steps must cover every batch once (``--warmup-steps`` at least K).
+warm-up steps must cover every batch once (``--warmup-steps`` at least K). ``--shapes-only`` prints what padding
+the batches to the buckets costs and how many graphs they need, without timing (on any machine).
 
 ``--compile`` runs the model under ``torch.compile`` (the recurrence, CTC and the encoder's padding check between
 its graphs; compiled in the first warm-up step, so give at least one). ``--profile N`` adds a torch.profiler table
@@ -211,6 +212,23 @@ def synthetic_batch(
 def synthetic_batches(batch_seconds: float, utt_seconds: tuple[float, float], count: int) -> list[dict]:
     """``count`` :func:`synthetic_batch` es, seeds ``SEED``, ``SEED + 1``, ...: their shapes vary as a sampler's do."""
     return [synthetic_batch(batch_seconds, utt_seconds, SEED + i) for i in range(count)]
+
+
+def bucket_padding(batches: list[dict], buckets: ShapeBuckets) -> list[str]:
+    """What padding ``batches`` to ``buckets`` (as :class:`~srupp_asr.graphs.GraphedLosses` does) costs: a table of
+    their audio, the eager step's padded batches, the same padded to the buckets, and the distinct padded shapes (the
+    graphs a run records)."""
+    audio = sum(float(b["audio_lens"].sum()) for b in batches) / SAMPLE_RATE
+    eager = sum(b["audio"].numel() for b in batches) / SAMPLE_RATE
+    shapes = [buckets.shape(b["audio"].size(0), b["audio"].size(1), b["tokens"].size(1)) for b in batches]
+    bucketed = sum(rows * samples for rows, samples, _ in shapes) / SAMPLE_RATE
+    return [
+        f"| batches | audio | eager padded | padded to the buckets ({buckets.seconds:g} s, {buckets.tokens} tokens, "
+        f"{buckets.rows} rows) | shapes (graphs) |",
+        "|---|---|---|---|---|",
+        f"| {len(batches)} | {audio:,.0f} s | {eager:,.0f} s | {bucketed:,.0f} s ({bucketed / eager - 1:+.0%}) | "
+        f"{len(set(shapes))} |",
+    ]
 
 
 def _peak_rss_bytes() -> int:
@@ -408,6 +426,10 @@ def train_throughput(args: argparse.Namespace) -> list[str]:
         f"{args.match.capitalize()} parameters matched to {target / 1e6:.2f} M (spread {spread:.1%}, limit 10%).",
         "",
     ]
+    if args.cuda_graphs or args.shapes_only:
+        lines += [*bucket_padding(batches, ShapeBuckets(*args.buckets)), ""]
+    if args.shapes_only:
+        return lines
     # Rows: each encoder eagerly; with --cuda-graphs, SRU++ once more in graphs (the same batches, its own process).
     runs = [(name, name, False) for name in configs]
     if args.cuda_graphs:
@@ -495,6 +517,11 @@ def main() -> None:
         default=(1.0, 16, 8),
         metavar=("SECONDS", "TOKENS", "ROWS"),
         help="--cuda-graphs: the edges each batch is padded up to (default 1 16 8)",
+    )
+    parser.add_argument(
+        "--shapes-only",
+        action="store_true",
+        help="print the batches' padding to --buckets (and the graphs they need) and stop before timing",
     )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():

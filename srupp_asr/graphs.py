@@ -104,15 +104,14 @@ class GraphedLosses:
     """``losses(audio, audio_lens, tokens, token_lens)``: :meth:`ASRModel.forward <srupp_asr.model.ASRModel.forward>`'s
     dict, computed on the batch padded to ``buckets`` with the core in CUDA graphs (see the module docstring).
 
-    ``graphs``: record and replay graphs (default: when the model is on a CUDA device and training); without them the
-    same padded computation runs eagerly. The lengths may stay on the host, as a training batch's do."""
+    Graphs are recorded and replayed when the batch is on a CUDA device and the model is training; otherwise the same
+    padded computation runs eagerly. The lengths may stay on the host, as a training batch's do."""
 
     def __init__(
         self,
         model: ASRModel,
         buckets: ShapeBuckets | None = None,
         max_graphs: int = 16,
-        graphs: bool | None = None,
     ) -> None:
         if not isinstance(model.encoder, SRUppEncoder):
             raise UserError(
@@ -122,7 +121,6 @@ class GraphedLosses:
         self.model = model
         self.buckets = buckets if buckets is not None else ShapeBuckets()
         self.max_graphs = check_int("max_graphs", max_graphs)
-        self.graphs = graphs
         self.recorded = 0  # graphs recorded so far (each costs WARMUP_ITERS + 1 steps of time)
         self._cores: collections.OrderedDict[tuple, nn.Module] = collections.OrderedDict()
         self._pool: Any = None
@@ -141,8 +139,8 @@ class GraphedLosses:
             _padded_rows(token_lens, rows, device),
             torch.arange(rows, device=device) < batch,
         )
-        graphed = self.graphs if self.graphs is not None else device.type == "cuda"
-        outputs = list(self._graphed_core(args) if graphed and self.model.training else self._eager(*args))
+        graphed = device.type == "cuda" and self.model.training
+        outputs = list(self._graphed_core(args) if graphed else self._eager(*args))
         loss_ctc = loss_att = acc = None
         if self.model.ctc is not None:
             log_probs = outputs.pop(0)[:batch]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ def _args(**options) -> argparse.Namespace:
     defaults = {"size": "ci", "encoders": list(tt.ENCODER_NAMES), "batch_seconds": None, "utt_seconds": None}
     defaults |= {"steps": None, "warmup_steps": None, "target_params": None, "match": "total", "device": "cpu"}
     defaults |= {"precision": "fp32", "threads": None, "profile": 0, "cudnn_benchmark": False, "compile": False}
-    defaults |= {"batches": 1, "cuda_graphs": False, "buckets": (1.0, 16, 8)}
+    defaults |= {"batches": 1, "cuda_graphs": False, "buckets": (1.0, 16, 8), "shapes_only": False}
     return argparse.Namespace(**{**defaults, **options})
 
 
@@ -134,9 +135,28 @@ def test_cuda_graphs_add_a_graphed_srupp_row_on_the_same_batches(monkeypatch):
     args = _args(encoders=["srupp", "conformer"], batch_seconds=2.0, utt_seconds=[0.5, 1.0], steps=1, warmup_steps=2)
     args.batches, args.cuda_graphs = 2, True
     lines = tt.train_throughput(args)
-    rows = [line.split(" | ")[0] for line in lines if line.startswith("| ") and "params total" not in line]
+    table = lines[next(i for i, line in enumerate(lines) if "params total" in line) :]
+    rows = [line.split(" | ")[0] for line in table[2:] if line.startswith("| ")]
     assert rows == ["| srupp", "| srupp, CUDA graphs (0 recorded)", "| conformer"]
     assert any("CUDA graphs for srupp (buckets: 1 s, 16 tokens, 8 rows)" in line for line in lines)
+
+
+def test_shapes_only_counts_the_padding_to_the_buckets_without_timing(monkeypatch):
+    def refuse(job):
+        raise AssertionError("--shapes-only must not time anything")
+
+    monkeypatch.setattr(tt, "_run_isolated", refuse)
+    args = _args(batch_seconds=3.0, utt_seconds=[0.5, 1.5], batches=3, shapes_only=True, buckets=(1.0, 16, 8))
+    row = tt.train_throughput(args)[-2]
+    batches = tt.synthetic_batches(3.0, (0.5, 1.5), 3)
+    audio = sum(float(b["audio_lens"].sum()) for b in batches) / tt.SAMPLE_RATE
+    eager = sum(b["audio"].numel() for b in batches) / tt.SAMPLE_RATE
+    # Each batch has at most 8 rows (one edge), its samples rounded up to whole seconds.
+    seconds = [math.ceil(b["audio"].size(1) / tt.SAMPLE_RATE) for b in batches]
+    assert all(b["audio"].size(0) <= 8 for b in batches)
+    bucketed = 8 * sum(seconds)
+    padded = f"{bucketed:,.0f} s ({bucketed / eager - 1:+.0%})"
+    assert row == f"| 3 | {audio:,.0f} s | {eager:,.0f} s | {padded} | {len(set(seconds))} |"
 
 
 @pytest.mark.parametrize(
