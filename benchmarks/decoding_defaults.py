@@ -16,6 +16,9 @@ Modes: ``default`` (``transcribe`` with no ``--decoding``: what a user gets, wit
 when it carries one), ``default_no_lm`` (the same with ``--no-lm``), ``joint``, ``ctc_prefix_beam``.
 
 ``--compute-types float32 int8 bfloat16`` runs each mode in each compute type (``transcribe --compute-type``).
+``--device cuda`` decodes on a GPU (``transcribe --device``; default ``auto``, as ``transcribe``); ``--warmup``
+decodes each set once before the timed pass (the CUDA context, the recurrence kernel's compilation and the
+allocator's first blocks then count as load time, not decoding: how a GPU's steady state is measured).
 
 Language model: ``--lm DIR`` fuses DIR in every mode but ``default_no_lm`` (as ``transcribe --lm``), and
 ``--lm-weights W ...`` repeats each such mode for each weight (0: no LM; without ``--lm``, the model directory's own
@@ -27,6 +30,7 @@ weight on a dev set that is not the benchmark's text (how the built-in model's L
     python benchmarks/decoding_defaults.py --minutes 30 120 --modes default --no-short   # memory at length
     python benchmarks/decoding_defaults.py --modes default default_no_lm                # the shipped LM's effect
     python benchmarks/decoding_defaults.py --modes default --compute-types float32 int8 # int8 against float32
+    python benchmarks/decoding_defaults.py --device cuda --warmup --modes default joint ctc_prefix_beam  # a GPU
     python benchmarks/decoding_defaults.py --sentences dev.txt --minutes --modes joint --lm LM --lm-weights 0 0.2 0.4
 """
 
@@ -130,9 +134,12 @@ def run_child(
     lm: str | None,
     lm_weight: float | None,
     compute_type: str = "float32",
+    device: str = "auto",
+    warmup: bool = False,
 ) -> dict:
     """Transcribe ``files`` in this process (the child): WER counts, audio, decoding and load seconds, peak RSS (no
-    torch imported here: the default engine on the CPU runs without it)."""
+    torch imported here: the default engine on the CPU runs without it). With ``warmup`` the files are transcribed
+    once untimed first, the same way (its time is in the load seconds)."""
     from srupp_asr.errors import UserError
     from srupp_asr.scoring.analysis import score_transcripts
     from srupp_asr.scoring.formats import UtteranceText
@@ -142,7 +149,11 @@ def run_child(
     kwargs: dict = {"no_lm": True} if mode == "default_no_lm" else {"lm": lm, "lm_weight": lm_weight}
     if mode not in ("default", "default_no_lm"):
         kwargs["decoding"] = mode
-    out = transcribe([str(p) for p, _ in files], model, threads=threads, compute_type=compute_type, **kwargs)
+    paths = [str(p) for p, _ in files]
+    kwargs.update(threads=threads, compute_type=compute_type, device=device)
+    if warmup:
+        transcribe(paths, model, **kwargs)
+    out = transcribe(paths, model, **kwargs)
     wall = time.perf_counter() - begin
     refs = [UtteranceText(str(p), text) for p, text in files]
     hyps = [UtteranceText(t.path, t.text) for t in out]
@@ -178,12 +189,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--compute-types", nargs="+", default=["float32"], choices=COMPUTE_TYPES, help="run each mode in each"
     )
+    p.add_argument("--device", default="auto", help="transcribe's --device (default auto: a GPU when there is one)")
+    p.add_argument("--warmup", action="store_true", help="decode each set once untimed first (for a GPU)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         spec = json.loads(args.child)
         files = [(Path(a), b) for a, b in spec["files"]]
         child = (files, spec["mode"], args.threads, args.model, args.lm, spec["lm_weight"], spec["compute_type"])
+        child += (args.device, args.warmup)
         print(json.dumps(run_child(*child)))
         return
     sentences = SENTENCES
@@ -204,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
                 listed = [(str(a), b) for a, b in files]
                 spec = json.dumps({"files": listed, "mode": mode, "lm_weight": weight, "compute_type": compute_type})
                 cmd = [sys.executable, __file__, "--child", spec, "--threads", str(args.threads)]
+                cmd += ["--device", args.device] + (["--warmup"] if args.warmup else [])
                 if args.model:
                     cmd += ["--model", args.model]
                 if args.lm:
@@ -224,21 +239,27 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"machine: {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, threads {args.threads}"
+        f"{os.cpu_count()} CPUs, threads {args.threads}, device {args.device}{' (warmed up)' if args.warmup else ''}"
     )
     print()
     print("| set | mode | WER % (errors / words) | audio s | decoding RTF (load excl.) | load s | peak RSS GB |")
     print("|---|---|---|---|---|---|---|")
     for name, label, r in rows:
-        if isinstance(r, str):
-            print(f"| {name} | {label} | {r} | | | | |")
-            continue
-        wer = "-" if r["errors"] is None else f"{100.0 * r['errors'] / max(r['words'], 1):.1f}"
-        rtf = r["decoding"] / r["audio"] if r["audio"] else float("nan")
-        print(
-            f"| {name} | {label} | {wer} ({r['errors']} / {r['words']}) | {r['audio']:.0f} | {rtf:.3f} | "
-            f"{r['load']:.1f} | {r['rss_gb']:.2f} |"
-        )
+        print(table_row(name, label, r))
+
+
+def table_row(name: str, label: str, r: dict | str) -> str:
+    """One markdown row of the table: a child's result, or why it failed. The RTF has 4 decimals below 0.01 (a
+    GPU's)."""
+    if isinstance(r, str):
+        return f"| {name} | {label} | {r} | | | | |"
+    wer = "-" if r["errors"] is None else f"{100.0 * r['errors'] / max(r['words'], 1):.1f}"
+    rtf = r["decoding"] / r["audio"] if r["audio"] else float("nan")
+    rtf_text = f"{rtf:.4f}" if rtf < 0.01 else f"{rtf:.3f}"
+    return (
+        f"| {name} | {label} | {wer} ({r['errors']} / {r['words']}) | {r['audio']:.0f} | {rtf_text} | "
+        f"{r['load']:.1f} | {r['rss_gb']:.2f} |"
+    )
 
 
 if __name__ == "__main__":

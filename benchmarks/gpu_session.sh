@@ -12,10 +12,10 @@
 #          the fused Adam / contiguous mask / 2x8 fixes were already in it).
 #   there: benchmarks/gpu_session.sh        (carry .whl, the wheels the machine lacks, and exp/baseline)
 #
-# PARTS picks the parts (default "after before graphs compile tests"; also "cudnn", "recurrence"); TESTS, the GPU
-# tests' pytest arguments
-# (default: all of them, through tests/run_gpu_tests.py). The decoding GPU tests synthesise speech with espeak-ng:
-# carry its .debs in .espeak_debs (apt-get download espeak-ng and its libraries) and they are installed first.
+# PARTS picks the parts (default "after before graphs compile tests"; also "decode", "cudnn", "recurrence");
+# TESTS, the GPU tests' pytest arguments (default: all of them, through tests/run_gpu_tests.py). The decoding GPU
+# tests and part decode synthesise speech with espeak-ng: carry its .debs in .espeak_debs (apt-get download
+# espeak-ng and its libraries) and they are installed first.
 #
 # Logs and tables go to $OUT (the device tool's folder) or exp/gpu_session; the tables are printed last.
 set -uo pipefail
@@ -61,6 +61,18 @@ fi
 part compile && say "training step, after the fixes, torch.compile (profiled)" &&
   timeout 240 "$py" "${throughput[@]}" --compile --profile 3 >"$out/throughput_compile.md" \
   2>"$out/throughput_compile.err"
+# Decoding on the GPU (issue 39, item 4: joint decoding RTF <= 0.005 on decoding_defaults.py's 20 sentences):
+# transcribe's defaults (joint, beam 10, the built-in model's LM), joint and CTC prefix beam search, on the 20
+# sentences and a 3-minute recording, each set decoded once untimed first; then the search alone, per mode
+# (decoding_speed.py, no LM). Both speak their sentences with espeak-ng: carry .espeak_debs.
+if part decode; then
+  say "decoding on the GPU: transcribe's defaults, joint and CTC prefix beam (decoding_defaults.py)"
+  timeout 240 "$py" benchmarks/decoding_defaults.py --device cuda --warmup --minutes 3 \
+    --modes default joint ctc_prefix_beam >"$out/decoding_gpu.md" 2>"$out/decoding_gpu.err"
+  say "the beam searches alone on the GPU (decoding_speed.py)"
+  timeout 120 "$py" benchmarks/decoding_speed.py --model srupp_asr/default_model --device cuda --beam 10 \
+    >"$out/decoding_speed_gpu.md" 2>&1
+fi
 part cudnn && say "training step, after the fixes, cudnn.benchmark" &&
   timeout 100 "$py" "${throughput[@]}" --cudnn-benchmark >"$out/throughput_cudnn.md" 2>"$out/throughput_cudnn.err"
 part recurrence && say "recurrence kernel variants" &&
@@ -83,6 +95,9 @@ for f in throughput_before throughput_after throughput_graphs throughput_graphs_
   echo "== $f"
   grep -E '^(device|size|\| |srupp:|conformer:|per step)' "$out/$f.md" | grep -v '^| *aten\|^| *-' | head -12
   tail -3 "$out/$f.err"
+done
+for f in decoding_gpu decoding_speed_gpu; do
+  [ -f "$out/$f.md" ] && echo "== $f" && grep -E '^(command|date|Model|\| )' "$out/$f.md"
 done
 [ -f "$out/recurrence.md" ] && echo "== recurrence" && grep -E '^\| (bfloat16|float32)' "$out/recurrence.md" | grep 'forward+backward'
 [ -f "$out/gpu_tests.log" ] && echo "== gpu tests" && tail -25 "$out/gpu_tests.log"

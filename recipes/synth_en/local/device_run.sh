@@ -49,8 +49,9 @@
 #   call 3: recipes/synth_en/local/device_run.sh collect $OUT/read_mix
 # The job synthesises meanwhile and, before training, waits up to 15 minutes for INIT/config.yaml.
 # While it synthesises (CPU only, the GPU idle), another call can run benchmarks/gpu_session.sh (PARTS="graphs
-# tests"). Once that has shown the CUDA graphs of the training step to work (srupp_asr/graphs.py, new 2026-11-30,
-# not yet run on a GPU), TRAIN_ARGS='--model.cuda_graphs {}' in call 1 trains with them.
+# decode tests", carrying .espeak_debs). Once that has shown the CUDA graphs of the training step to work
+# (srupp_asr/graphs.py, new 2026-11-30, not yet run on a GPU), TRAIN_ARGS='--model.cuda_graphs {}' in call 1 trains
+# with them.
 #
 # Environment (for a dry run on a CPU: PYTHON=.venv/bin/python NO_WHEELS=1 DEVICE=cpu TRAIN_ARGS="..."):
 # PYTHON (default python3), NO_WHEELS (set: do not install .whl), DEVICE (default cuda), TRAIN_ARGS (appended to
