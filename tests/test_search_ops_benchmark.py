@@ -1,0 +1,75 @@
+"""benchmarks/search_ops.py: how it attributes operator calls, host syncs and kernel launches to the scorers of the
+search, and one real run on the built-in model (the counts themselves are a benchmark's, run by hand)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def so():
+    spec = importlib.util.spec_from_file_location("search_ops", BENCH / "search_ops.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop("search_ops", None)
+
+
+def event(name, parent=None):
+    return SimpleNamespace(name=name, cpu_parent=parent)
+
+
+def test_calls_syncs_and_launches_go_to_the_enclosing_scorer(so):
+    step = event(so.STEP_LABEL)
+    linear = event("aten::linear", step)
+    ctc = event("part CTC prefix: CTCPrefixScorer.score")
+    item = event("aten::item", ctc)
+    events = [
+        step,
+        linear,
+        event("aten::matmul", linear),  # inside another aten call: not counted again
+        event("cudaLaunchKernel", event("aten::mm", linear)),
+        ctc,
+        item,
+        event(so.SYNC, item),
+        event("aten::topk"),  # outside every scorer: the search's own
+        event(so.SYNC),
+    ]
+    steps, parts = so.count(events)
+    assert steps == 1
+    assert dict(parts["decoder"]) == {"calls": 1, "launches": 1}
+    assert dict(parts["CTC prefix"]) == {"calls": 1, "syncs": 1}
+    assert dict(parts["search"]) == {"calls": 2, "syncs": 1}
+    rows = so.table(steps, parts, cuda=True)
+    assert rows[2] == "| decoder | 1.0 | 0.0 | 1.0 | 25% |"
+    assert rows[-1] == "| all | 4.0 | 2.0 | 1.0 | 100% |"
+
+
+def test_the_scorers_methods_are_restored(so):
+    from srupp_asr.decoding import scorers
+
+    before = scorers.CTCPrefixScorer.score
+    with so.labelled_scorers():
+        assert scorers.CTCPrefixScorer.score is not before
+    assert scorers.CTCPrefixScorer.score is before
+
+
+@pytest.mark.process
+def test_a_run_on_the_built_in_model_prints_a_row_per_part(so, capsys):
+    assert so.main(["--no-lm", "--beam", "2"]) == 0
+    out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if line.startswith("| ")]
+    rows = {line.split("|")[1].strip(): line for line in table}
+    assert set(rows) == {"part", "decoder", "CTC prefix", "search", "all"}  # no LM row without the LM
+    assert "no LM" in out and " output steps" in out
+    assert float(rows["all"].split("|")[2]) > float(rows["decoder"].split("|")[2]) > 0
