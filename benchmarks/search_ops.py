@@ -45,14 +45,22 @@ PARTS = {  # the scorers' methods counted apart; the rest is the search's own wo
     "CTC prefix": (scorers.CTCPrefixScorer, ("score", "select")),
 }
 STEP_LABEL = "part decoder: DecoderScorer.score"
-SYNC = "aten::_local_scalar_dense"  # what .item(), .tolist() and bool() of a tensor run
+SYNCS = ("aten::_local_scalar_dense", "tolist")  # what .item(), int() and bool() of a tensor run; .tolist() (labelled)
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")
 
 
 @contextlib.contextmanager
 def labelled_scorers() -> Iterator[None]:
-    """Each scorer method runs inside a ``record_function`` named ``part NAME: Class.method`` (restored after)."""
-    saved = []
+    """Each scorer method runs inside a ``record_function`` named ``part NAME: Class.method``, and ``Tensor.tolist``
+    inside one named ``tolist`` (it runs no aten operator on the CPU, and a device-to-host copy on a GPU); all
+    restored after."""
+    saved = [(torch.Tensor, "tolist", torch.Tensor.tolist)]
+
+    def tolist(self, _f=torch.Tensor.tolist):
+        with torch.profiler.record_function("tolist"):
+            return _f(self)
+
+    torch.Tensor.tolist = tolist
     for name, (cls, methods) in PARTS.items():
         for method in methods:
             original = getattr(cls, method)
@@ -86,12 +94,12 @@ def count(events) -> tuple[int, dict[str, collections.Counter]]:
     steps = sum(1 for e in events if e.name == STEP_LABEL)
     parts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for e in events:
+        if e.name in SYNCS:
+            parts[part_of(e)]["syncs"] += 1
         if e.name.startswith("aten::"):
             parent = e.cpu_parent
             if parent is None or not parent.name.startswith("aten::"):
                 parts[part_of(e)]["calls"] += 1
-            if e.name == SYNC:
-                parts[part_of(e)]["syncs"] += 1
         elif e.name in LAUNCHES:
             parts[part_of(e)]["launches"] += 1
     return steps, parts

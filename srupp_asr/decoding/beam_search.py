@@ -13,6 +13,8 @@ when no row is running, when it reaches its maximum length (every running row is
 row can still overtake its ``nbest`` ended ones: scores only fall when the length penalty is not positive (every
 scorer's log score is <= 0, the CTC prefix probability included). Done utterances leave the batch. A NaN score
 counts as -inf, so that the step after the maximum length, when every row has ended or is impossible, is the last.
+The host learns which rows ended and each utterance's best running score in one transfer a step (a second on the
+steps where some row ends: the ended prefixes), so that on a GPU the search waits for the device once a step.
 """
 
 from __future__ import annotations
@@ -53,12 +55,14 @@ def beam_search(
     all_tokens = torch.nonzero(~excluded).squeeze(1)
 
     alive = torch.arange(batch_size, device=device)  # original index of each utterance still searched
+    alive_ids = list(range(batch_size))  # the same on the host
     utterances = alive.repeat_interleave(W)
     states = [s.init_state(utterances) for s, _ in scorers]
     ys = torch.full((batch_size * W, 1), eos, dtype=torch.long, device=device)
     score = torch.full((batch_size, W), NEG_INF, device=device)
     score[:, 0] = 0.0  # one running hypothesis per utterance at first
     max_lengths = max_lengths.to(device)
+    max_lengths_host = max_lengths.tolist()
     ended: list[list[tuple[list[int], float]]] = [[] for _ in range(batch_size)]
     step = 0
     while alive.numel():
@@ -90,16 +94,21 @@ def beam_search(
         ys = torch.cat([ys.index_select(0, rows), tokens[:, None]], 1)
         states = [s.select(st, rows, tokens, p) for (s, _), st, p in zip(scorers, states, pending, strict=True)]
         is_end = (tokens == eos).view(n, W) & (new_score > NEG_INF)
-        if is_end.any():
-            ids = alive.tolist()
-            for u, w in torch.nonzero(is_end).tolist():
-                ended[ids[u]].append((ys[u * W + w, 1:-1].tolist(), new_score[u, w].item()))
-            new_score = new_score.masked_fill(is_end, NEG_INF)
-        score = new_score
+        score = new_score.masked_fill(is_end, NEG_INF)
+        # One host sync a step: which rows ended, with their scores, and each utterance's best running score.
+        host = torch.cat([is_end.flatten().to(new_score.dtype), new_score.flatten(), score.max(1).values]).tolist()
+        ends = [i for i in range(n * W) if host[i]]
+        if ends:  # (a second sync, on the steps where some hypothesis ends)
+            prefixes = ys[:, 1:-1].tolist()
+            for i in ends:
+                ended[alive_ids[i // W]].append((prefixes[i], host[n * W + i]))
         step += 1
-        done = _done(score, ended, alive, nbest, length_penalty) | (max_lengths[alive] < step)
-        if done.any():
-            keep = torch.nonzero(~done).squeeze(1)
+        done = _done(host[2 * n * W :], [ended[u] for u in alive_ids], nbest, length_penalty)
+        done = [d or max_lengths_host[u] < step for d, u in zip(done, alive_ids, strict=True)]
+        if any(done):
+            kept = [u for u in range(n) if not done[u]]
+            alive_ids = [alive_ids[u] for u in kept]
+            keep = torch.tensor(kept, dtype=torch.long, device=device)
             rows = (keep[:, None] * W + torch.arange(W, device=device)).flatten()
             alive, score, ys = alive[keep], score[keep], ys.index_select(0, rows)
             states = [s.select(st, rows, None, None) for (s, _), st in zip(scorers, states, strict=True)]
@@ -107,20 +116,16 @@ def beam_search(
 
 
 def _done(
-    score: torch.Tensor,
+    best_running: list[float],
     ended: list[list[tuple[list[int], float]]],
-    alive: torch.Tensor,
     nbest: int,
     length_penalty: float,
-) -> torch.Tensor:
-    """Which utterances ``(n,)`` need no more steps: nothing running, or nothing running can still make their
-    ``nbest``."""
-    best_running = score.max(1).values
-    done = best_running == NEG_INF
+) -> list[bool]:
+    """Which utterances need no more steps, given each one's best running score and its ended hypotheses: nothing
+    running, or nothing running can still make their ``nbest``."""
+    done = [best == NEG_INF for best in best_running]
     if length_penalty <= 0.0:
-        kth = [sorted((s for _, s in ended[u]), reverse=True) for u in alive.tolist()]
-        kth_ended = torch.tensor(
-            [s[nbest - 1] if len(s) >= nbest else NEG_INF for s in kth], device=score.device, dtype=score.dtype
-        )
-        done |= kth_ended >= best_running
+        for u, hyps in enumerate(ended):
+            kth = sorted((s for _, s in hyps), reverse=True)
+            done[u] = done[u] or (len(kth) >= nbest and kth[nbest - 1] >= best_running[u])
     return done

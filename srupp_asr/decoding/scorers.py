@@ -277,9 +277,9 @@ class CTCPrefixScorer:
         last = torch.where(keep, index, -1).amax(0)
         inside = (index >= first[None]) & (index <= last[None])
         r = r.masked_fill(~inside[:, None], NEG_INF)
-        if not bool(keep.any()):
+        a, b = torch.stack([first.min(), last.max() + 1]).tolist()  # one host sync; a == F: no frame kept
+        if a >= r.shape[0]:
             return r[:0], lo
-        a, b = int(first.min()), int(last.max()) + 1
         return r[a:b], lo + a
 
     def score(self, state: _CTCState, ys: torch.Tensor, candidates: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
