@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gzip
+import importlib.util
 import json
 import os
 import pickle
@@ -240,6 +241,23 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
             build(folder)
             (folder / ".built").touch()
     return folder
+
+
+@contextlib.contextmanager
+def benchmark_module(name: str):
+    """``benchmarks/NAME.py`` imported as the module ``NAME``, with ``benchmarks/`` on ``sys.path`` meanwhile (for
+    the scripts that import their siblings); both undone after."""
+    folder = str(REPO / "benchmarks")
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, folder)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)
+        sys.path.remove(folder)
 
 
 def write_manifest(path: Path, lines: list) -> Path:

@@ -4,26 +4,18 @@ the table prints a GPU's real-time factor (the measuring itself is a benchmark, 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "decoding_defaults.py"
+from tests.helpers import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def dd():
-    spec = importlib.util.spec_from_file_location("decoding_defaults", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_module("decoding_defaults") as module:
         yield module
-    finally:
-        sys.modules.pop("decoding_defaults", None)
 
 
 @pytest.mark.parametrize("warmup", [False, True])

@@ -3,27 +3,18 @@ search, and one real run on the built-in model (the counts themselves are a benc
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+from tests.helpers import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def so():
-    spec = importlib.util.spec_from_file_location("search_ops", BENCH / "search_ops.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_module("search_ops") as module:
         yield module
-    finally:
-        sys.modules.pop("search_ops", None)
 
 
 def event(name, parent=None):
