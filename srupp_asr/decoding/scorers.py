@@ -277,6 +277,8 @@ class CTCPrefixScorer:
         last = torch.where(keep, index, -1).amax(0)
         inside = (index >= first[None]) & (index <= last[None])
         r = r.masked_fill(~inside[:, None], NEG_INF)
+        if first.numel() == 0:  # no hypothesis
+            return r[:0], lo
         a, b = torch.stack([first.min(), last.max() + 1]).tolist()  # one host sync; a == F: no frame kept
         if a >= r.shape[0]:
             return r[:0], lo
