@@ -321,7 +321,7 @@ class CTCPrefixScorer:
             if block_phi is not None:
                 z[: block_phi.shape[0], 0] = block_phi
             both_x = torch.stack([x, x_blank], 1).unbind(0)
-            rs, phis = [zt[1:] for zt in z], [zt[:2] for zt in z]  # views made once, not per frame
+            rs, phis = z[:, 1:].unbind(0), z[:, :2].unbind(0)  # views made once, not per frame
             for i in range(end - t):
                 torch.logaddexp(rs[i], phis[i], out=rs[i + 1])
                 rs[i + 1].add_(both_x[i])
