@@ -50,7 +50,7 @@ LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")
 
 
 @contextlib.contextmanager
-def labelled_scorers() -> Iterator[None]:
+def instrumented() -> Iterator[None]:
     """Each scorer method runs inside a ``record_function`` named ``part NAME: Class.method``, and ``Tensor.tolist``
     inside one named ``tolist`` (it runs no aten operator on the CPU, and a device-to-host copy on a GPU); all
     restored after."""
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with labelled_scorers():
+    with instrumented():
         decode_encoded(model, tokenizer, enc, enc_lens, options, lm=lm)  # untimed: first calls, caches
         with torch.profiler.profile(activities=activities) as prof:
             decode_encoded(model, tokenizer, enc, enc_lens, options, lm=lm)

@@ -51,7 +51,7 @@ def test_the_scorers_methods_are_restored(so):
     from srupp_asr.decoding import scorers
 
     before, tolist = scorers.CTCPrefixScorer.score, torch.Tensor.tolist
-    with so.labelled_scorers():
+    with so.instrumented():
         assert scorers.CTCPrefixScorer.score is not before and torch.Tensor.tolist is not tolist
         assert torch.tensor([1, 2]).tolist() == [1, 2]
     assert scorers.CTCPrefixScorer.score is before and torch.Tensor.tolist is tolist
