@@ -19,6 +19,10 @@ when it carries one), ``default_no_lm`` (the same with ``--no-lm``), ``joint``, 
 ``--device cuda`` decodes on a GPU (``transcribe --device``; default ``auto``, as ``transcribe``); ``--warmup``
 decodes each set once before the timed pass (the CUDA context, the recurrence kernel's compilation and the
 allocator's first blocks then count as load time, not decoding: how a GPU's steady state is measured).
+``--ctc-recursions loop scan`` runs each mode with each way of running the CTC prefix scorer's frames
+(``srupp_asr.decoding.scorers.CTC_RECURSION``: a loop per frame, or a closed form; ``auto``, the default, picks the
+scan on a GPU; the torch engine only, so on the CPU with ``--device cpu`` and ``transcribe``'s numpy engine it
+changes nothing).
 
 Language model: ``--lm DIR`` fuses DIR in every mode but ``default_no_lm`` (as ``transcribe --lm``), and
 ``--lm-weights W ...`` repeats each such mode for each weight (0: no LM; without ``--lm``, the model directory's own
@@ -31,6 +35,7 @@ weight on a dev set that is not the benchmark's text (how the built-in model's L
     python benchmarks/decoding_defaults.py --modes default default_no_lm                # the shipped LM's effect
     python benchmarks/decoding_defaults.py --modes default --compute-types float32 int8 # int8 against float32
     python benchmarks/decoding_defaults.py --device cuda --warmup --modes default joint ctc_prefix_beam  # a GPU
+    python benchmarks/decoding_defaults.py --device cuda --warmup --minutes --modes default --ctc-recursions loop scan
     python benchmarks/decoding_defaults.py --sentences dev.txt --minutes --modes joint --lm LM --lm-weights 0 0.2 0.4
 """
 
@@ -136,6 +141,7 @@ def run_child(
     compute_type: str = "float32",
     device: str = "auto",
     warmup: bool = False,
+    ctc_recursion: str = "auto",
 ) -> dict:
     """Transcribe ``files`` in this process (the child): WER counts, audio, decoding and load seconds, peak RSS (no
     torch imported here: the default engine on the CPU runs without it). With ``warmup`` the files are transcribed
@@ -145,6 +151,10 @@ def run_child(
     from srupp_asr.scoring.formats import UtteranceText
     from srupp_asr.transcribe import transcribe
 
+    if ctc_recursion != "auto":  # (imports torch: only when asked)
+        from srupp_asr.decoding import scorers
+
+        scorers.CTC_RECURSION = ctc_recursion
     begin = time.perf_counter()
     kwargs: dict = {"no_lm": True} if mode == "default_no_lm" else {"lm": lm, "lm_weight": lm_weight}
     if mode not in ("default", "default_no_lm"):
@@ -191,13 +201,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--device", default="auto", help="transcribe's --device (default auto: a GPU when there is one)")
     p.add_argument("--warmup", action="store_true", help="decode each set once untimed first (for a GPU)")
+    p.add_argument(
+        "--ctc-recursions",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "loop", "scan"],
+        help="run each mode with each way of running the CTC frames (default auto)",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         spec = json.loads(args.child)
         files = [(Path(a), b) for a, b in spec["files"]]
         child = (files, spec["mode"], args.threads, args.model, args.lm, spec["lm_weight"], spec["compute_type"])
-        child += (args.device, args.warmup)
+        child += (args.device, args.warmup, spec.get("ctc_recursion", "auto"))
         print(json.dumps(run_child(*child)))
         return
     sentences = SENTENCES
@@ -210,13 +227,15 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"decoding_defaults: {args.sentences}: holds no sentence")
     weights = {m: [None] if m == "default_no_lm" or not args.lm_weights else args.lm_weights for m in args.modes}
     runs = [(m, w, c) for m in args.modes for w in weights[m] for c in args.compute_types]
+    runs = [(*run, r) for run in runs for r in args.ctc_recursions]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         sets = make_sets(Path(tmp), args.minutes, not args.no_short, sentences)
         for name, files in sets.items():
-            for mode, weight, compute_type in runs:
+            for mode, weight, compute_type, recursion in runs:
                 listed = [(str(a), b) for a, b in files]
-                spec = json.dumps({"files": listed, "mode": mode, "lm_weight": weight, "compute_type": compute_type})
+                spec = {"files": listed, "mode": mode, "lm_weight": weight, "compute_type": compute_type}
+                spec = json.dumps(spec | {"ctc_recursion": recursion})
                 cmd = [sys.executable, __file__, "--child", spec, "--threads", str(args.threads)]
                 cmd += ["--device", args.device] + (["--warmup"] if args.warmup else [])
                 if args.model:
@@ -233,6 +252,7 @@ def main(argv: list[str] | None = None) -> None:
                 lm = f"LM {r['lm']} weight {r['lm_weight']:g}" if r["lm"] else "no LM"
                 label = f"{mode} ({r['decoding_mode']}, {lm})" if mode.startswith("default") else f"{mode} ({lm})"
                 label += f", {compute_type}" if compute_type != "float32" else ""
+                label += f", CTC {recursion}" if recursion != "auto" else ""
                 rows.append((name, label, r))
                 print(name, label, r, file=sys.stderr, flush=True)
     print(f"command: python benchmarks/decoding_defaults.py {' '.join(argv if argv is not None else sys.argv[1:])}")

@@ -5,7 +5,8 @@ Issue 39 asks for joint decoding at RTF <= 0.005 on a GPU. There the encoder is 
 chain of small operations: each costs a launch (and the Python around it) whatever its size, and each host sync
 (``.item()``, ``.tolist()``, ``bool(tensor)``) stops the host until the device has caught up. So the search's speed
 on a GPU follows the number of calls and syncs per output step, which this counts with ``torch.profiler``, on the
-CPU as on a GPU (the counts are the same; a GPU adds its launches). Times are not given: ``decoding_speed.py`` and
+CPU as on a GPU (the counts are the same; a GPU adds its launches). Calls that only make a view launch nothing; the
+others ("computing calls") stand in for the launches on the CPU. Times are not given: ``decoding_speed.py`` and
 ``decoding_defaults.py`` measure those.
 
 A model directory (``--model``, default the built-in model) decodes espeak-ng sentences (``decoding_speed.py``'s; or
@@ -15,6 +16,7 @@ decoder's scorer (one per output step).
 
     python benchmarks/search_ops.py                                   # built-in model + LM, CPU
     python benchmarks/search_ops.py --device cuda                     # the same on a GPU, with kernel launches
+    python benchmarks/search_ops.py --ctc-recursion scan              # the CTC frames in closed form (a GPU's way)
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ PARTS = {  # the scorers' methods counted apart; the rest is the search's own wo
 STEP_LABEL = "part decoder: DecoderScorer.score"
 SYNCS = ("aten::_local_scalar_dense", "tolist")  # what .item(), int() and bool() of a tensor run; .tolist() (labelled)
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")
+# Operators that only make a view of a tensor (no kernel on a GPU): the other calls each compute something, and on a
+# GPU each of those is (about) one kernel launch, so on the CPU they stand in for the launches.
+_VIEW_NAMES = """alias as_strided chunk detach expand expand_as lift_fresh narrow permute reshape select slice split
+squeeze t transpose unbind unflatten unsqueeze view _unsafe_view"""
+VIEWS = frozenset("aten::" + name for name in _VIEW_NAMES.split())
 
 
 @contextlib.contextmanager
@@ -89,8 +96,8 @@ def part_of(event) -> str:
 
 
 def count(events) -> tuple[int, dict[str, collections.Counter]]:
-    """Output steps, and per part: top-level aten calls (an aten call inside another is not counted again), host
-    syncs and kernel launches."""
+    """Output steps, and per part: top-level aten calls (an aten call inside another is not counted again), those of
+    them that compute (not a view: :data:`VIEWS`), host syncs and kernel launches."""
     steps = sum(1 for e in events if e.name == STEP_LABEL)
     parts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for e in events:
@@ -100,22 +107,25 @@ def count(events) -> tuple[int, dict[str, collections.Counter]]:
             parent = e.cpu_parent
             if parent is None or not parent.name.startswith("aten::"):
                 parts[part_of(e)]["calls"] += 1
+                parts[part_of(e)]["compute"] += e.name not in VIEWS
         elif e.name in LAUNCHES:
             parts[part_of(e)]["launches"] += 1
     return steps, parts
 
 
 def table(steps: int, parts: dict[str, collections.Counter], cuda: bool) -> list[str]:
-    """Markdown rows: per part, calls / syncs (/ launches) per output step and the share of the calls."""
-    total = sum(c["calls"] for c in parts.values()) or 1
-    head = "| part | aten calls / step | host syncs / step |" + (" kernel launches / step |" if cuda else "")
-    lines = [head + " share of calls |", "|---|---|---|" + ("---|" if cuda else "") + "---|"]
+    """Markdown rows: per part, calls, computing calls, syncs (and launches) per output step, and the share of the
+    computing calls."""
+    total = sum(c["compute"] for c in parts.values()) or 1
+    head = "| part | aten calls / step | computing calls / step | host syncs / step |"
+    head += " kernel launches / step |" if cuda else ""
+    lines = [head + " share of computing calls |", "|---|---|---|---|" + ("---|" if cuda else "") + "---|"]
     order = [p for p in (*PARTS, "search") if p in parts]
     for name in [*order, "all"]:
         c = sum(parts.values(), collections.Counter()) if name == "all" else parts[name]
-        row = f"| {name} | {c['calls'] / steps:.1f} | {c['syncs'] / steps:.1f} |"
+        row = f"| {name} | {c['calls'] / steps:.1f} | {c['compute'] / steps:.1f} | {c['syncs'] / steps:.1f} |"
         row += f" {c['launches'] / steps:.1f} |" if cuda else ""
-        lines.append(row + f" {100.0 * c['calls'] / total:.0f}% |")
+        lines.append(row + f" {100.0 * c['compute'] / total:.0f}% |")
     return lines
 
 
@@ -127,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--beam", type=int, default=10)
     p.add_argument("--ctc-weight", type=float, default=0.3)
     p.add_argument("--no-lm", action="store_true", help="leave out the model directory's LM")
+    p.add_argument(
+        "--ctc-recursion",
+        default="auto",
+        choices=["auto", "loop", "scan"],
+        help="how the CTC prefix scorer runs its frames (scorers.CTC_RECURSION; default auto: scan on a GPU)",
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     device = torch.device(args.device)
@@ -146,17 +162,21 @@ def main(argv: list[str] | None = None) -> int:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with instrumented():
-        decode_encoded(model, tokenizer, enc, enc_lens, options, lm=lm)  # untimed: first calls, caches
-        with torch.profiler.profile(activities=activities) as prof:
-            decode_encoded(model, tokenizer, enc, enc_lens, options, lm=lm)
+    saved, scorers.CTC_RECURSION = scorers.CTC_RECURSION, args.ctc_recursion
+    try:
+        with instrumented():
+            decode_encoded(model, tokenizer, enc, enc_lens, options, lm=lm)  # untimed: first calls, caches
+            with torch.profiler.profile(activities=activities) as prof:
+                decode_encoded(model, tokenizer, enc, enc_lens, options, lm=lm)
+    finally:
+        scorers.CTC_RECURSION = saved
     steps, parts = count(prof.events())
     if not steps:
         sys.exit("search_ops: the search made no step (no attention decoder?)")
     lm_text = f"LM {args.model / 'lm'} at {lm_weight:g}" if lm is not None else "no LM"
     print(
         f"Model: {args.model}; {len(waves)} utterances in one batch; {args.device}; joint, beam {args.beam}, "
-        f"ctc_weight {args.ctc_weight:g}, {lm_text}; {steps} output steps\n"
+        f"ctc_weight {args.ctc_weight:g}, {lm_text}; CTC frames: {args.ctc_recursion}; {steps} output steps\n"
     )
     print("\n".join(table(steps, parts, device.type == "cuda")))
     return 0

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from srupp_asr.decoder import TransformerDecoder
+from srupp_asr.decoding import scorers
 from srupp_asr.decoding.beam_search import beam_search
-from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer
+from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer, forward_block
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID
 
 
@@ -110,6 +111,72 @@ def test_a_prefix_whose_window_ended_still_ends_with_its_unwindowed_score() -> N
         # Ending: possible, but without the paths the windows pruned (each e^-40 below its prefix' best frame,
         # which here is about the ending probability itself): less likely, never more.
         assert -math.inf < out[40.0][1] <= out[math.inf][1] + 1e-4, prefix
+
+
+def reference_block(carry, phi, x, x_blank):
+    """The two recursions frame by frame in float64 with Python's math, one column at a time."""
+
+    def lae(a: float, b: float) -> float:
+        if a == -math.inf and b == -math.inf:
+            return -math.inf
+        m = max(a, b)
+        return m + math.log(math.exp(a - m) + math.exp(b - m))
+
+    F, N, K = x.shape
+    out = torch.empty(F, 2, N, K, dtype=torch.float64)
+    for n in range(N):
+        for k in range(K):
+            r_n, r_b = float(carry[0, n, k]), float(carry[1, n, k])
+            for t in range(F):
+                p = float(phi[t, n, k]) if t < phi.shape[0] else -math.inf
+                r_n, r_b = lae(r_n, p) + float(x[t, n, k]), lae(r_b, r_n) + float(x_blank[t, n, k])
+                out[t, 0, n, k], out[t, 1, n, k] = r_n, r_b
+    return out
+
+
+@pytest.mark.parametrize("P", [0, 5, 30])
+def test_both_ways_of_running_the_frames_give_the_float64_recursion(P: int) -> None:
+    """The loop and the closed form (cumulative log-sum-exps) of :func:`forward_block` against the recursions
+    run frame by frame in float64: within float32 rounding, -inf exactly where the reference is, also where a
+    log-probability is -inf (a broken model's) and where the carry or phi is."""
+    gen = torch.Generator().manual_seed(P)
+    F, N, K = 30, 3, 4
+    logits = 3.0 * torch.randn(F, N, K + 1, generator=gen)
+    probs = logits.log_softmax(-1)
+    x, x_blank = probs[..., :K].contiguous(), probs[..., K:].expand(F, N, K).contiguous()
+    x[4:9, 1, 2] = -math.inf  # one candidate impossible for five frames: only paths that start after them live
+    x[:, 2, 3] = -math.inf  # and one never possible
+    phi = (torch.randn(P, N, K, generator=gen).cumsum(0) - 15.0).clamp(max=0.0)
+    phi[:, 0, 0] = -math.inf
+    carry = torch.randn(2, N, K, generator=gen) - 8.0
+    carry[0, 0, 1] = -math.inf
+    carry[:, 0, 0] = -math.inf  # (with phi -inf too: the whole column is impossible)
+    expected = reference_block(carry, phi, x, x_blank)
+    for recursion in ("loop", "scan"):
+        got = forward_block(carry, phi, x, x_blank, recursion)
+        assert got.dtype == torch.float32 and got.shape == (F, 2, N, K)
+        assert torch.equal(got.isneginf(), expected.isneginf()), recursion
+        finite = expected.isfinite()
+        assert finite[:, :, 0, 0].sum() == 0 and finite.sum() > F * 2 * N * K // 2
+        assert torch.allclose(got[finite].double(), expected[finite], rtol=1e-6, atol=1e-4), recursion
+    with pytest.raises(ValueError, match="recursion"):
+        forward_block(carry, phi, x, x_blank, "unrolled")
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_search_gives_the_same_hypotheses_with_either_way_of_running_the_frames(monkeypatch, seed: int) -> None:
+    """The whole windowed search (a long confident utterance with a pause) with the CTC frames looped and in
+    closed form: the same n-best lists, the scores within float32 rounding."""
+    gen = torch.Generator().manual_seed(200 + seed)
+    tokens = [int(t) for t in torch.randint(2, 12, (60,), generator=gen)]
+    log_probs = spoken_log_probs(tokens, 12, seed, pause_at=30, pause=40)
+    lengths = torch.tensor([log_probs.shape[1]])
+    out = {}
+    for recursion in ("loop", "scan"):
+        monkeypatch.setattr(scorers, "CTC_RECURSION", recursion)
+        out[recursion], _ = search(log_probs, lengths, 40.0)
+    assert [y for y, _ in out["scan"][0]] == [y for y, _ in out["loop"][0]]
+    assert [s for _, s in out["scan"][0]] == pytest.approx([s for _, s in out["loop"][0]], rel=1e-5)
 
 
 def test_bad_window_threshold_is_refused() -> None:

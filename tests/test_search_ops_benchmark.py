@@ -29,6 +29,7 @@ def test_calls_syncs_and_launches_go_to_the_enclosing_scorer(so):
     events = [
         step,
         linear,
+        event("aten::unsqueeze", step),  # a view: a call, but no computing one
         event("aten::matmul", linear),  # inside another aten call: not counted again
         event("cudaLaunchKernel", event("aten::mm", linear)),
         ctc,
@@ -39,12 +40,12 @@ def test_calls_syncs_and_launches_go_to_the_enclosing_scorer(so):
     ]
     steps, parts = so.count(events)
     assert steps == 1
-    assert dict(parts["decoder"]) == {"calls": 1, "launches": 1}
-    assert dict(parts["CTC prefix"]) == {"calls": 1, "syncs": 1}
-    assert dict(parts["search"]) == {"calls": 1, "syncs": 1}
+    assert dict(parts["decoder"]) == {"calls": 2, "compute": 1, "launches": 1}
+    assert dict(parts["CTC prefix"]) == {"calls": 1, "compute": 1, "syncs": 1}
+    assert dict(parts["search"]) == {"calls": 1, "compute": 1, "syncs": 1}
     rows = so.table(steps, parts, cuda=True)
-    assert rows[2] == "| decoder | 1.0 | 0.0 | 1.0 | 33% |"
-    assert rows[-1] == "| all | 3.0 | 2.0 | 1.0 | 100% |"
+    assert rows[2] == "| decoder | 2.0 | 1.0 | 0.0 | 1.0 | 33% |"
+    assert rows[-1] == "| all | 4.0 | 3.0 | 2.0 | 1.0 | 100% |"
 
 
 def test_the_scorers_methods_are_restored(so):
@@ -59,10 +60,13 @@ def test_the_scorers_methods_are_restored(so):
 
 @pytest.mark.process
 def test_a_run_on_the_built_in_model_prints_a_row_per_part(so, capsys):
-    assert so.main(["--no-lm", "--beam", "2"]) == 0
+    from srupp_asr.decoding import scorers
+
+    assert so.main(["--no-lm", "--beam", "2", "--ctc-recursion", "scan"]) == 0
+    assert scorers.CTC_RECURSION == "auto"  # restored
     out = capsys.readouterr().out
     table = [line for line in out.splitlines() if line.startswith("| ")]
     rows = {line.split("|")[1].strip(): line for line in table}
     assert set(rows) == {"part", "decoder", "CTC prefix", "search", "all"}  # no LM row without the LM
-    assert "no LM" in out and " output steps" in out
+    assert "no LM" in out and "CTC frames: scan" in out and " output steps" in out
     assert float(rows["all"].split("|")[2]) > float(rows["decoder"].split("|")[2]) > 0

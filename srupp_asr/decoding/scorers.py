@@ -17,11 +17,12 @@ or in a blank. For a candidate ``h = g + c``, with ``x_t`` the CTC log-probabili
     psi(h)   = logsumexp_t (phi_{t-1} + x_t(c))                (prefix probability: every path that starts with h)
     psi(g + <eos>) = logaddexp(r_{T-1}^n(g), r_{T-1}^b(g))     (the probability of exactly g)
 
-with ``r_{-1}^b(<sos>) = 0`` and every other ``r_{-1} = -inf``. The frames run in a Python loop (one
-log-add-exp and one add per frame over all hypotheses and candidates at once), from the first frame at which the
-new prefix can have been emitted; ``psi`` is one reduction over frames. (A closed form with cumulative
-log-sum-exps exists, but it needs float64 to cancel its large cumulative sums and is slower on CPU than the loop.)
-The score of ``c`` is ``psi(g + c) - psi(g)``, so a hypothesis' accumulated CTC score is ``psi`` of its prefix.
+with ``r_{-1}^b(<sos>) = 0`` and every other ``r_{-1} = -inf``. The frames run from the first frame at which the
+new prefix can have been emitted, over all hypotheses and candidates at once, in one of two ways that give the same
+numbers (see :func:`forward_block`): on the CPU a Python loop (one log-add-exp and one add per frame), on a GPU a
+closed form of a fixed number of operations however many frames (each a kernel launch there, and launches are what a
+GPU search waits on). ``psi`` is one reduction over frames. The score of ``c`` is ``psi(g + c) - psi(g)``, so a
+hypothesis' accumulated CTC score is ``psi`` of its prefix.
 """
 
 from __future__ import annotations
@@ -211,6 +212,52 @@ class _CTCPending:
 
 WINDOW_THRESHOLD = 40.0  # nats below its own peak at which a prefix's forward variables count as zero
 WINDOW_BLOCK = 8  # frames computed between two checks of whether every extension's window has ended
+#: How the CTC forward variables run over a block of frames: "loop" (a log-add-exp and an add per frame, fastest on
+#: the CPU), "scan" (a closed form in a fixed number of operations, for GPUs) or "auto" (scan on a GPU). A module
+#: setting, not an option: both give the same scores; benchmarks set it to compare the two on one device.
+CTC_RECURSION = "auto"
+_SCAN_FLOOR = -1e10  # log-probabilities clamped here in the scan, so that no sum of them is -inf (see forward_block)
+
+
+def forward_block(
+    carry: torch.Tensor, phi: torch.Tensor, x: torch.Tensor, x_blank: torch.Tensor, recursion: str = "loop"
+) -> torch.Tensor:
+    """The CTC forward variables of extensions over ``F`` frames: ``(F, 2, N, K)``, ``(r^n, r^b)`` after each
+    frame, from ``carry`` ``(2, N, K)`` before the first, ``phi`` ``(P, N, K)`` the prefix' ``phi_{t-1}`` of the
+    first ``P <= F`` frames (-inf after them) and ``x``, ``x_blank`` ``(F, N, K)`` the log-probabilities of each
+    candidate and of the blank.
+
+    ``loop`` runs the recursions frame by frame. ``scan`` solves them in closed form: with ``C_i`` the summed
+    ``x`` of the frames before frame ``i`` (and ``B_i`` the same of the blank), ``r^n_i - C_i`` is a cumulative
+    log-sum-exp of ``carry^n`` and ``phi_j - C_j`` (``j < i``), and then ``r^b_i - B_i`` one of ``carry^b`` and
+    ``r^n_j - B_j``; two cumulative log-sum-exps and two cumulative sums, however many frames. The sums grow with
+    the frames and cancel at the end, so it runs in float64 (float32 would lose ``|C| * 6e-8``), with the
+    log-probabilities clamped at -1e10 so that a -inf (a broken model's) cannot make ``inf - inf``; a variable below
+    -1e9 (only a path through a clamped frame) is -inf again. The two agree to float32 rounding."""
+    F = x.shape[0]
+    P = phi.shape[0]
+    if recursion == "loop":
+        z = torch.full((F + 1, 3, *x.shape[1:]), NEG_INF, device=x.device)
+        z[0, 1:] = carry
+        z[:P, 0] = phi
+        # One buffer per frame t holds (phi_{t-1}, r_{t-1}^n, r_{t-1}^b), so that both recursions are one
+        # log-add-exp of two adjacent slices: (r^n, r^b)_t = logaddexp((r^n, r^b)_{t-1}, (phi, r^n)_{t-1}) + x_t.
+        both_x = torch.stack([x, x_blank], 1).unbind(0)
+        rs, phis = z[:, 1:].unbind(0), z[:, :2].unbind(0)  # views made once, not per frame
+        for i in range(F):
+            torch.logaddexp(rs[i], phis[i], out=rs[i + 1])
+            rs[i + 1].add_(both_x[i])
+        return z[1:, 1:]
+    if recursion != "scan":
+        raise ValueError(f"recursion must be 'loop' or 'scan', got {recursion!r}")
+    sums = torch.stack([x, x_blank]).double().clamp_(min=_SCAN_FLOOR).cumsum(1)
+    sums = torch.nn.functional.pad(sums, (0, 0, 0, 0, 1, 0))  # (2, F + 1, N, K): index i sums frames before i
+    a = torch.cat([carry[:1].double(), phi.double() - sums[0, :P], sums.new_full((F - P, *x.shape[1:]), NEG_INF)])
+    r_n = a.logcumsumexp(0).add_(sums[0])  # (F + 1, N, K): index 0 is the carry
+    b = torch.cat([carry[1:].double(), r_n[:F] - sums[1, :F]])
+    r_b = b.logcumsumexp(0).add_(sums[1])
+    r = torch.stack([r_n[1:], r_b[1:]], 1)
+    return r.masked_fill_(r < _SCAN_FLOOR / 10, NEG_INF).float()
 
 
 class CTCPrefixScorer:
@@ -305,8 +352,7 @@ class CTCPrefixScorer:
         else:
             phi = torch.full((0, N, K), NEG_INF, device=device)
         blocks, psi_parts = [], []
-        # One buffer per frame t holds (phi_{t-1}, r_{t-1}^n(h), r_{t-1}^b(h)), so that both recursions are one
-        # log-add-exp of two adjacent slices: (r^n, r^b)_t = logaddexp((r^n, r^b)_{t-1}, (phi, r^n)_{t-1}) + x_t.
+        recursion = CTC_RECURSION if CTC_RECURSION != "auto" else ("scan" if device.type == "cuda" else "loop")
         carry = torch.full((2, N, K), NEG_INF, device=device)  # (r^n, r^b) at index start: h not emitted yet
         peak = torch.full((N, K), NEG_INF, device=device)
         t = start
@@ -315,25 +361,17 @@ class CTCPrefixScorer:
             frames = torch.arange(t, end, device=device)
             x = self.log_probs[utt[None, :, None], frames[:, None, None], candidates[None, :, :]]  # (F, N, K)
             x_blank = self.log_probs[utt[None, :], frames[:, None], BLANK_ID][:, :, None].expand_as(x)
-            z = torch.full((end - t + 1, 3, N, K), NEG_INF, device=device)
-            z[0, 1:] = carry
             block_phi = phi[t - start : end - start] if t < stop else None
-            if block_phi is not None:
-                z[: block_phi.shape[0], 0] = block_phi
-            both_x = torch.stack([x, x_blank], 1).unbind(0)
-            rs, phis = z[:, 1:].unbind(0), z[:, :2].unbind(0)  # views made once, not per frame
-            for i in range(end - t):
-                torch.logaddexp(rs[i], phis[i], out=rs[i + 1])
-                rs[i + 1].add_(both_x[i])
+            z = forward_block(carry, phi[:0] if block_phi is None else block_phi, x, x_blank, recursion)
             past_end = frames[:, None] >= lengths[None, :]  # (F, N)
             if block_phi is not None:
                 F_phi = block_phi.shape[0]
                 psi_parts.append((block_phi + x[:F_phi]).masked_fill(past_end[:F_phi, :, None], NEG_INF))
-            r = z[1:, 1:].masked_fill(past_end[:, None, :, None], NEG_INF)  # indices t+1..end
+            r = z.masked_fill(past_end[:, None, :, None], NEG_INF)  # indices t+1..end
             blocks.append(r)
             mass = torch.logaddexp(r[:, 0], r[:, 1])
             peak = torch.maximum(peak, mass.amax(0))
-            carry = z[-1, 1:]
+            carry = z[-1]
             t = end
             # Past g's window the forward variables only fall: done once every column is below its threshold.
             alive = (mass[-1] >= peak - self.threshold) & (peak > NEG_INF)
