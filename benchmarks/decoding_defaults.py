@@ -22,7 +22,7 @@ allocator's first blocks then count as load time, not decoding: how a GPU's stea
 ``--ctc-recursions loop scan`` runs each mode with each way of running the CTC prefix scorer's frames
 (``srupp_asr.decoding.scorers.CTC_RECURSION``: a loop per frame, or a closed form; ``auto``, the default, picks the
 scan on a GPU; the torch engine only, so on the CPU with ``--device cpu`` and ``transcribe``'s numpy engine it
-changes nothing).
+changes nothing). ``--batch-size N`` is ``transcribe``'s (default its own: 8 on a CPU, 32 on a GPU).
 
 Language model: ``--lm DIR`` fuses DIR in every mode but ``default_no_lm`` (as ``transcribe --lm``), and
 ``--lm-weights W ...`` repeats each such mode for each weight (0: no LM; without ``--lm``, the model directory's own
@@ -142,6 +142,7 @@ def run_child(
     device: str = "auto",
     warmup: bool = False,
     ctc_recursion: str = "auto",
+    batch_size: int | None = None,
 ) -> dict:
     """Transcribe ``files`` in this process (the child): WER counts, audio, decoding and load seconds, peak RSS (no
     torch imported here: the default engine on the CPU runs without it). With ``warmup`` the files are transcribed
@@ -160,7 +161,7 @@ def run_child(
     if mode not in ("default", "default_no_lm"):
         kwargs["decoding"] = mode
     paths = [str(p) for p, _ in files]
-    kwargs.update(threads=threads, compute_type=compute_type, device=device)
+    kwargs.update(threads=threads, compute_type=compute_type, device=device, batch_size=batch_size)
     if warmup:
         transcribe(paths, model, **kwargs)
     out = transcribe(paths, model, **kwargs)
@@ -208,13 +209,14 @@ def main(argv: list[str] | None = None) -> None:
         choices=["auto", "loop", "scan"],
         help="run each mode with each way of running the CTC frames (default auto)",
     )
+    p.add_argument("--batch-size", type=int, help="transcribe's --batch-size (default its own)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         spec = json.loads(args.child)
         files = [(Path(a), b) for a, b in spec["files"]]
         child = (files, spec["mode"], args.threads, args.model, args.lm, spec["lm_weight"], spec["compute_type"])
-        child += (args.device, args.warmup, spec.get("ctc_recursion", "auto"))
+        child += (args.device, args.warmup, spec.get("ctc_recursion", "auto"), args.batch_size)
         print(json.dumps(run_child(*child)))
         return
     sentences = SENTENCES
@@ -238,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
                 spec = json.dumps(spec | {"ctc_recursion": recursion})
                 cmd = [sys.executable, __file__, "--child", spec, "--threads", str(args.threads)]
                 cmd += ["--device", args.device] + (["--warmup"] if args.warmup else [])
+                cmd += ["--batch-size", str(args.batch_size)] if args.batch_size else []
                 if args.model:
                     cmd += ["--model", args.model]
                 if args.lm:

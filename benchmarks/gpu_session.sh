@@ -62,18 +62,25 @@ part compile && say "training step, after the fixes, torch.compile (profiled)" &
   timeout 240 "$py" "${throughput[@]}" --compile --profile 3 >"$out/throughput_compile.md" \
   2>"$out/throughput_compile.err"
 # Decoding on the GPU (issue 39, item 4: joint decoding RTF <= 0.005 on decoding_defaults.py's 20 sentences):
-# transcribe's defaults (joint, beam 10, the built-in model's LM), joint and CTC prefix beam search, on the 20
-# sentences and a 3-minute recording, each set decoded once untimed first; then the search alone, per mode
-# (decoding_speed.py, no LM), and its calls, host syncs and kernel launches per output step, per scorer
-# (search_ops.py). They speak their sentences with espeak-ng: carry .espeak_debs.
+# transcribe's defaults (joint, beam 10, the built-in model's LM; 32 files a batch on a GPU) and joint without the
+# LM, with the CTC frames in a loop and in closed form (scorers.CTC_RECURSION; a GPU's default is the closed form),
+# on the 20 sentences and a 3-minute recording, each set decoded once untimed first; the defaults again at the CPU's
+# batch of 8; then the search alone, per mode (decoding_speed.py, no LM), and its calls, host syncs and kernel
+# launches per output step, per scorer, both ways (search_ops.py). They speak with espeak-ng: carry .espeak_debs.
 if part decode; then
-  say "decoding on the GPU: transcribe's defaults, joint and CTC prefix beam (decoding_defaults.py)"
-  timeout 240 "$py" benchmarks/decoding_defaults.py --device cuda --warmup --minutes 3 \
-    --modes default joint ctc_prefix_beam >"$out/decoding_gpu.md" 2>"$out/decoding_gpu.err"
+  say "decoding on the GPU: transcribe's defaults and joint, CTC frames looped and in closed form"
+  timeout 300 "$py" benchmarks/decoding_defaults.py --device cuda --warmup --minutes 3 --modes default joint \
+    --ctc-recursions loop scan >"$out/decoding_gpu.md" 2>"$out/decoding_gpu.err"
+  say "transcribe's defaults at 8 files a batch"
+  timeout 90 "$py" benchmarks/decoding_defaults.py --device cuda --warmup --minutes --modes default --batch-size 8 \
+    >"$out/decoding_gpu_batch8.md" 2>"$out/decoding_gpu_batch8.err"
   say "the beam searches alone on the GPU (decoding_speed.py)"
   timeout 120 "$py" benchmarks/decoding_speed.py --model srupp_asr/default_model --device cuda --beam 10 \
     >"$out/decoding_speed_gpu.md" 2>&1
-  timeout 120 "$py" benchmarks/search_ops.py --device cuda >"$out/search_ops_gpu.md" 2>&1
+  for recursion in loop scan; do
+    timeout 90 "$py" benchmarks/search_ops.py --device cuda --ctc-recursion $recursion \
+      >"$out/search_ops_gpu_$recursion.md" 2>&1
+  done
 fi
 part cudnn && say "training step, after the fixes, cudnn.benchmark" &&
   timeout 100 "$py" "${throughput[@]}" --cudnn-benchmark >"$out/throughput_cudnn.md" 2>"$out/throughput_cudnn.err"
@@ -98,7 +105,7 @@ for f in throughput_before throughput_after throughput_graphs throughput_graphs_
   grep -E '^(device|size|\| |srupp:|conformer:|per step)' "$out/$f.md" | grep -v '^| *aten\|^| *-' | head -12
   tail -3 "$out/$f.err"
 done
-for f in decoding_gpu decoding_speed_gpu search_ops_gpu; do
+for f in decoding_gpu decoding_gpu_batch8 decoding_speed_gpu search_ops_gpu_loop search_ops_gpu_scan; do
   [ -f "$out/$f.md" ] && echo "== $f" && grep -E '^(command|date|Model|\| )' "$out/$f.md"
 done
 [ -f "$out/recurrence.md" ] && echo "== recurrence" && grep -E '^\| (bfloat16|float32)' "$out/recurrence.md" | grep 'forward+backward'

@@ -39,7 +39,13 @@ from typing import TYPE_CHECKING, Any
 from srupp_asr.allocator import keep_freed_memory
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, add_compute_type_argument
 from srupp_asr.decoding.batch import BatchDecoder, Batching, Recording, concurrent_batches
-from srupp_asr.decoding.settings import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS, add_decoding_arguments, requested_options
+from srupp_asr.decoding.settings import (
+    DEFAULT_OPTIONS,
+    add_decoding_arguments,
+    batch_size_for,
+    check_batch_size,
+    requested_options,
+)
 from srupp_asr.errors import DECODING_MEMORY_REMEDY, UserError, first_line, is_out_of_memory, out_of_memory_line
 from srupp_asr.inputs import FoundInputs, default_model_candidates, find_inputs
 from srupp_asr.loading import LoadedModel, add_engine_argument, compute_device, model_dir_named
@@ -111,7 +117,7 @@ def transcribe(
     device: str = "auto",
     compute_type: str = DEFAULT_COMPUTE_TYPE,
     engine: str = "auto",
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     lm: str | os.PathLike[str] | None = None,
     no_lm: bool = False,
     threads: int | None = None,
@@ -138,7 +144,9 @@ def transcribe(
     ``engine`` and ``threads`` are its own). ``engine``: ``auto`` (float32 on the CPU in numpy, without torch:
     :mod:`srupp_asr.runtime`), ``numpy`` or ``torch`` (:meth:`~srupp_asr.loading.LoadedModel.load`).
     ``compute_type``: ``float32``, ``int8`` (the Linear layers quantised, CPU only) or ``bfloat16`` (the encoder in
-    bfloat16 autocast, where the device does it natively; :mod:`srupp_asr.compute_types`).
+    bfloat16 autocast, where the device does it natively; :mod:`srupp_asr.compute_types`). ``batch_size``: recordings
+    (or pieces of long ones) decoded together; None: 8 on a CPU, 32 on a GPU
+    (:func:`~srupp_asr.decoding.settings.batch_size_for`).
 
     ``output_dir`` set: each transcript is also written there as ``<stem>.<format>`` for each of ``output_format``
     (``"txt,srt"``, ``"all"``, or a list), atomically. ``options`` is the
@@ -200,6 +208,7 @@ def transcribe(
     options, fusion_lm, choice = loaded.fuse(options, lm, lm_weight, no_lm)
     log.info("%s", choice.describe())
     workers = concurrent_batches(loaded.device)
+    batch_size = batch_size_for(batch_size, loaded.device)
     batching = Batching.chunked(options, batch_size, max_chunk_seconds, chunk_overlap, vad, workers)
     net = loaded.net_for(options)
     decoder = BatchDecoder(net, loaded.tokenizer, options, fusion_lm, batching, loaded.model_dir)
@@ -321,15 +330,14 @@ def samples_readers(audio: Any, sample_rate: int | None) -> tuple[list[SamplesRe
 
 
 def _check_settings(
-    batch_size: int,
+    batch_size: int | None,
     threads: int | None,
     max_chunk_seconds: float,
     chunk_overlap: float,
     max_segment_words: int,
     segment_pause: float,
 ) -> None:
-    if batch_size < 1:
-        raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+    check_batch_size(batch_size)
     if threads is not None and threads < 1:
         raise UserError(f"--threads must be at least 1, got {threads}")
     low, high = CHUNK_SECONDS_RANGE

@@ -27,7 +27,8 @@ from srupp_asr.audio import load_audio
 from srupp_asr.decoding import MODES, DecodingOptions, Hypothesis, decode, decode_encoded
 from srupp_asr.decoding.alignment import align_hypothesis, token_spans
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
-from srupp_asr.decoding.settings import add_decoding_arguments
+from srupp_asr.decoding.settings import add_decoding_arguments, batch_size_for, check_batch_size
+from srupp_asr.errors import UserError
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID, ASRModel
 from srupp_asr.model_dir import load_model_dir
 from srupp_asr.text import normalize_text
@@ -287,6 +288,20 @@ def test_the_cli_offers_every_decoding_mode():
     add_decoding_arguments(parser, batch_help="utterances decoded together")
     choices = next(a.choices for a in parser._actions if a.dest == "decoding")
     assert tuple(choices) == MODES
+
+
+def test_the_batch_size_defaults_to_the_devices_and_is_checked(monkeypatch):
+    """No --batch-size: 8 recordings a batch on a CPU, 32 on a GPU (where a step costs its launches whatever the
+    batch); a given one is kept on either; below 1 is one line. transcribe() resolves it on its loaded device."""
+    parser = argparse.ArgumentParser()
+    add_decoding_arguments(parser, batch_help="utterances decoded together")
+    assert parser.parse_args([]).batch_size is None
+    assert batch_size_for(None, torch.device("cpu")) == 8 and batch_size_for(None, "cpu") == 8
+    assert batch_size_for(None, torch.device("cuda", 0)) == 32 == batch_size_for(None, "cuda")
+    assert batch_size_for(3, "cuda") == 3 == batch_size_for(3, "cpu")
+    check_batch_size(None)
+    with pytest.raises(UserError, match="--batch-size must be at least 1, got 0"):
+        check_batch_size(0)
 
 
 # ---------------------------- against independent references: brute force in float64, torchaudio; NaN outputs

@@ -39,6 +39,25 @@ def test_child_passes_the_device_and_times_only_the_pass_after_the_warm_up(dd, m
     assert (r["errors"], r["words"], r["audio"]) == (1, 4, 4.0)
 
 
+def test_child_sets_the_ctc_recursion_and_the_batch_size_it_is_given(dd, monkeypatch):
+    from srupp_asr.decoding import scorers
+
+    seen = []
+
+    def fake_transcribe(paths, model, **kwargs):
+        seen.append((scorers.CTC_RECURSION, kwargs["batch_size"]))
+        return [
+            SimpleNamespace(path=p, text="a", duration=1.0, processing_seconds=0.1, decoding={"mode": "joint"})
+            for p in paths
+        ]
+
+    monkeypatch.setattr(importlib.import_module("srupp_asr.transcribe"), "transcribe", fake_transcribe)
+    monkeypatch.setattr(scorers, "CTC_RECURSION", "auto")  # (the child sets a module setting: restored after)
+    dd.run_child([(Path("a.wav"), "a")], "default", 1, None, None, None, ctc_recursion="scan", batch_size=4)
+    dd.run_child([(Path("a.wav"), "a")], "default", 1, None, None, None)
+    assert seen == [("scan", 4), ("scan", None)]  # a child is a process of its own: it sets, never resets
+
+
 def test_table_row_gives_a_gpus_rtf_four_decimals(dd):
     r = {"errors": 3, "words": 190, "audio": 66.0, "decoding": 0.2, "load": 9.5, "rss_gb": 2.5}
     assert dd.table_row("short", "default", r) == "| short | default | 1.6 (3 / 190) | 66 | 0.0030 | 9.5 | 2.50 |"

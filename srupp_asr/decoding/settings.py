@@ -15,7 +15,10 @@ from srupp_asr.decoding.options import MAX_BEAM, MODES, DecodingOptions
 from srupp_asr.errors import UserError
 
 DEFAULT_DECODING = "joint"  # the most accurate mode; long recordings are cut at pauses into pieces for it
-DEFAULT_BATCH_SIZE = 8
+DEFAULT_BATCH_SIZE = 8  # recordings decoded together on a CPU
+# ... and on a GPU, where a search step costs its kernel launches whatever the batch (the step is launch-bound, the
+# kernels tiny): more recordings a batch, fewer steps a recording
+GPU_BATCH_SIZE = 32
 # What transcribe() and evaluate() decode with unless told otherwise; the LM weight is the fused LM's own (None)
 DEFAULT_OPTIONS = DecodingOptions(mode=DEFAULT_DECODING)
 # The keywords transcribe() and evaluate() take as decoding options: the fields, and decoding (the mode's CLI name)
@@ -31,7 +34,9 @@ def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
     """Options shared by ``transcribe`` and ``evaluate``: device, batch size and the decoding settings."""
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
     p.add_argument(
-        "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"{batch_help} (default {DEFAULT_BATCH_SIZE})"
+        "--batch-size",
+        type=int,
+        help=f"{batch_help} (default {DEFAULT_BATCH_SIZE} on a CPU, {GPU_BATCH_SIZE} on a GPU)",
     )
     modes_help = f"decoding mode (default {DEFAULT_DECODING})"
     p.add_argument("--decoding", default=DEFAULT_DECODING, choices=MODES, help=modes_help)
@@ -50,6 +55,20 @@ def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
         f"{DEFAULT_LM_WEIGHT})",
     )
     p.add_argument("--no-lm", action="store_true", help="decode without a language model (not the model's lm/ either)")
+
+
+def batch_size_for(batch_size: int | None, device: object) -> int:
+    """``batch_size``, or where it is None the default for ``device``: :data:`GPU_BATCH_SIZE` on a CUDA device,
+    else :data:`DEFAULT_BATCH_SIZE`."""
+    if batch_size is not None:
+        return batch_size
+    return GPU_BATCH_SIZE if str(device).startswith("cuda") else DEFAULT_BATCH_SIZE
+
+
+def check_batch_size(batch_size: int | None) -> None:
+    """A one-line UserError for a batch size below 1 (None: the device's default)."""
+    if batch_size is not None and batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {batch_size}")
 
 
 def requested_options(
