@@ -211,10 +211,13 @@ class _CTCPending:
 
 
 WINDOW_THRESHOLD = 40.0  # nats below its own peak at which a prefix's forward variables count as zero
-WINDOW_BLOCK = 8  # frames computed between two checks of whether every extension's window has ended
+# Frames computed between two checks of whether every extension's window has ended (a host sync each): few where
+# each frame costs operations (the loop), more where a block costs the same operations at any length (the scan).
+WINDOW_BLOCK = {"loop": 8, "scan": 32}
 #: How the CTC forward variables run over a block of frames: "loop" (a log-add-exp and an add per frame, fastest on
-#: the CPU), "scan" (a closed form in a fixed number of operations, for GPUs) or "auto" (scan on a GPU). A module
-#: setting, not an option: both give the same scores; benchmarks set it to compare the two on one device.
+#: the CPU), "scan" (a closed form in a fixed number of operations, for GPUs, with longer blocks and the rows' last
+#: frame read once, not per step) or "auto" (scan on a GPU). A module setting, not an option: both give the same
+#: scores; benchmarks set it to compare the two on one device.
 CTC_RECURSION = "auto"
 _SCAN_FLOOR = -1e10  # log-probabilities clamped here in the scan, so that no sum of them is -inf (see forward_block)
 
@@ -289,6 +292,9 @@ class CTCPrefixScorer:
             raise ValueError(f"window_threshold must be > 0, got {window_threshold}")
         self.eos, self.T, self.threshold = eos, T, float(window_threshold)
         self.lengths = lengths.to(log_probs.device)
+        # The last frame any row can need: for the scan (a GPU's way) read once here rather than at each step for the
+        # rows left (a host sync each); frames past a row's own length are -inf, so its window ends there all the same.
+        self.longest = int(lengths.max()) if lengths.numel() else 0
         self.log_probs = log_probs.float()
         # Cumulative log-probabilities over frames (index t: the sum over frames before t), in float64 so that
         # differences of large sums stay exact: the ending score of a prefix whose window ended (see _end_scores).
@@ -339,7 +345,8 @@ class CTCPrefixScorer:
         N, K = candidates.shape
         device = utt.device
         lengths = self.lengths[utt]
-        T = int(lengths.max())  # frames past every row's utterance are never needed
+        recursion = CTC_RECURSION if CTC_RECURSION != "auto" else ("scan" if device.type == "cuda" else "loop")
+        T = self.longest if recursion == "scan" else int(lengths.max())  # no row needs frames past T
         lo, hi = state.lo, state.lo + state.r.shape[0]  # g's window: indices lo..hi-1
         # h = g + c has len(g) + 1 tokens: r_t^n(h) = -inf before frame len(g), r_t^b(h) one frame later, and
         # phi_{t-1} = -inf before frame len(g) and outside g's window: only frames from there on are computed.
@@ -352,12 +359,12 @@ class CTCPrefixScorer:
         else:
             phi = torch.full((0, N, K), NEG_INF, device=device)
         blocks, psi_parts = [], []
-        recursion = CTC_RECURSION if CTC_RECURSION != "auto" else ("scan" if device.type == "cuda" else "loop")
         carry = torch.full((2, N, K), NEG_INF, device=device)  # (r^n, r^b) at index start: h not emitted yet
         peak = torch.full((N, K), NEG_INF, device=device)
         t = start
         while t < T and start < stop:  # (g's window ended before h could start: h is impossible)
-            end = min(max(stop, t + WINDOW_BLOCK), T) if t < stop else min(t + WINDOW_BLOCK, T)
+            block = WINDOW_BLOCK[recursion]
+            end = min(max(stop, t + block), T) if t < stop else min(t + block, T)
             frames = torch.arange(t, end, device=device)
             x = self.log_probs[utt[None, :, None], frames[:, None, None], candidates[None, :, :]]  # (F, N, K)
             x_blank = self.log_probs[utt[None, :], frames[:, None], BLANK_ID][:, :, None].expand_as(x)
