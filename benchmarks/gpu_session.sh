@@ -14,8 +14,8 @@
 #
 # PARTS picks the parts (default "after before graphs compile tests"; also "decode", "cudnn", "recurrence");
 # TESTS, the GPU tests' pytest arguments (default: all of them, through tests/run_gpu_tests.py). The decoding GPU
-# tests and part decode synthesise speech with espeak-ng: carry its .debs in .espeak_debs (apt-get download
-# espeak-ng and its libraries) and they are installed first.
+# tests and part decode synthesise speech with espeak-ng: carry its .debs in .espeak_debs (and the wheels in .whl;
+# recipes/synth_en/local/prepare_lease.sh makes both) and they are installed first.
 #
 # Logs and tables go to $OUT (the device tool's folder) or exp/gpu_session; the tables are printed last.
 set -uo pipefail

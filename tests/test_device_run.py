@@ -112,7 +112,10 @@ def test_collect_copies_the_model_results_and_logs(tmp_path, keep_current_job):
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="needs shellcheck")
 def test_shellcheck_clean():
     done = subprocess.run(
-        ["shellcheck", "-x", str(SCRIPT), str(ROOT / LEASE_TREE)], capture_output=True, text=True, cwd=ROOT
+        ["shellcheck", "-x", str(SCRIPT), str(ROOT / LEASE_TREE), str(SCRIPT.parent / "prepare_lease.sh")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stdout
 
@@ -257,3 +260,12 @@ py={stub} device=cuda EXP={exp} REAL={real} INIT={init} DATA={tmp_path}/data job
         f"srupp-asr average --exp-dir {exp}/ablation/steps1000000_read_from_init --num 3 --out {exp}/model "
         f"--dtype float16 --max-shard-size 15MiB --lm {init}/lm"
     )
+
+
+def test_prepare_lease_refuses_an_unknown_option_in_one_line():
+    done = subprocess.run(
+        ["bash", str(SCRIPT.parent / "prepare_lease.sh"), "--bogus"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    usage = "prepare_lease.sh: unknown option --bogus (usage: prepare_lease.sh [--no-pack])"
+    assert done.stderr.splitlines() == [usage]

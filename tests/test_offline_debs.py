@@ -205,6 +205,10 @@ def test_fetch_usage():
     done = _run(["bash", str(FETCH), "--bogus"])
     assert done.returncode == 2
     _one_line_error(done, "fetch_debs.sh", "unknown option --bogus")
+    assert "--only espeak-ng" in help_text.stdout
+    done = _run(["bash", str(FETCH), "--only"])
+    assert done.returncode == 2
+    _one_line_error(done, "fetch_debs.sh", "--only needs a package name")
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="needs shellcheck")

@@ -11,7 +11,7 @@
 #
 # `start` prints the job's log for 9 minutes, `wait` goes on printing it. What has to travel with the working
 # tree (ignored folders, carried): .whl (the Python wheels the machine lacks: lhotse, jiwer, soundfile, ...) and
-# .debs (the TTS engines and texts: local/fetch_debs.sh). Both jobs first install those (local/install_debs.sh)
+# .debs (the TTS engines and texts). local/prepare_lease.sh makes them here, with .espeak_debs and exp/real_en_pack. Both jobs first install those (local/install_debs.sh)
 # and synthesise a corpus of HOURS hours on all cores with its CMVN and tokenizer (run.sh stages 1-3), then:
 #
 # - default-model (HOURS 30): train conf/synth_en_gpu.yaml for what the lease has left (3-12 minutes), average

@@ -3,13 +3,15 @@
 # and voices, sox and the text packages, with every runtime dependency that a base system may lack.
 #
 #   recipes/synth_en/local/fetch_debs.sh [--with-gcide] [--no-text] [DIR]     (DIR: default .debs at the repo root)
+#   recipes/synth_en/local/fetch_debs.sh --only espeak-ng .espeak_debs          (one engine and what it needs)
 #
 # Run it here (Debian/Ubuntu amd64, with apt and a reachable registry; `apt-get update` done; root not needed),
 # carry DIR to the other machine and run recipes/synth_en/local/install_debs.sh DIR there, as root.
 #
 # Packages: those of local/packages.txt: the engines and voices (group engine), and the sentence sources (text).
 # dict-gcide (text-large: 14 MiB for ~9 % of the sentences) is left out unless --with-gcide; --no-text leaves out every text package (the synthesis then needs
-# a sentence pool made elsewhere: OUT_DIR/text/sentences.tsv, or --text FILE).
+# a sentence pool made elsewhere: OUT_DIR/text/sentences.tsv, or --text FILE). --only PACKAGE (repeatable) takes
+# those packages instead of the list: `--only espeak-ng` is what benchmarks/gpu_session.sh's decoding parts need.
 #
 # Dependencies: what `apt-get install --no-install-recommends` would install on a system that has only the BASE
 # packages below (apt resolves alternatives and virtual packages), minus the NOT_NEEDED ones and theirs:
@@ -45,16 +47,19 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 dir=""
 texts="$TEXTS"
 gcide=""
+only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --with-gcide) gcide=$GCIDE; shift ;;
     --no-text) texts=""; shift ;;
+    --only) [ $# -ge 2 ] || die "--only needs a package name (see --help)" 2; only="${only:+$only }$2"; shift 2 ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     -*) die "unknown option $1 (see --help)" 2 ;;
     *) [ -z "$dir" ] || die "one DIR only (see --help)" 2; dir=$1; shift ;;
   esac
 done
 wanted="$ENGINES${texts:+ $texts}${gcide:+ $gcide}"
+[ -z "$only" ] || wanted=$only
 dir=${dir:-$root/.debs}
 
 for tool in apt-get apt-cache dpkg dpkg-deb; do
