@@ -9,7 +9,7 @@
 #   recipes/synth_en/local/device_run.sh wait SECONDS                   # watch until done, failed or SECONDS
 #   recipes/synth_en/local/device_run.sh collect DIR                    # copy the job's results into DIR
 #
-# `start` prints the job's log for 9 minutes, `wait` goes on printing it. What has to travel with the working
+# `start` prints the job's log for 9 minutes (WATCH_SECONDS), `wait` goes on printing it. What has to travel with the working
 # tree (ignored folders, carried): .whl (the Python wheels the machine lacks: lhotse, jiwer, soundfile, ...) and
 # .debs (the TTS engines and texts). local/prepare_lease.sh makes them here, with .espeak_debs and exp/real_en_pack. Both jobs first install those (local/install_debs.sh)
 # and synthesise a corpus of HOURS hours on all cores with its CMVN and tokenizer (run.sh stages 1-3), then:
@@ -39,22 +39,24 @@
 # best checkpoints averaged into a float16 model with the built-in LM (`collect` brings it; gate it on the CPU as a
 # CPU-trained candidate: docs/recipes.md). The synthetic half is synthesised there (synth-corpus --hours 30
 # --max-utts 814, as on the CPU); the real half travels as exp/real_en_pack (local/pack_real_en.py: Opus, 27 MiB),
-# in the second call with the model:
-#   here:  python recipes/synth_en/local/pack_real_en.py ../shared/data/real_en exp/real_en_pack
+# in a later call; the model comes with any call's tree once it is no longer hidden:
+#   here:  recipes/synth_en/local/prepare_lease.sh          (.whl, .debs, .espeak_debs, exp/real_en_pack)
 #          recipes/synth_en/local/lease_tree.sh hide
-#   call 1 (carry .whl .debs): recipes/synth_en/local/device_run.sh start read-mix 6
+#   call 1 (carry .whl .debs): WATCH_SECONDS=60 recipes/synth_en/local/device_run.sh start read-mix 6
 #   here:  recipes/synth_en/local/lease_tree.sh restore
-#   call 2 (carry exp/real_en_pack only: 35 + 27 MiB; the job installed the wheels in call 1):
+#   call 2 (carry .whl .espeak_debs: 37 + 18 MiB), while the job synthesises on the CPU and the GPU is idle:
+#          PARTS="graphs decode tests" benchmarks/gpu_session.sh
+#   call 3 (carry exp/real_en_pack only: 37 + 27 MiB; the job installed the wheels in call 1):
 #          recipes/synth_en/local/device_run.sh wait 560
-#   call 3: recipes/synth_en/local/device_run.sh collect $OUT/read_mix
-# The job synthesises meanwhile and, before training, waits up to 15 minutes for INIT/config.yaml.
-# While it synthesises (CPU only, the GPU idle), another call can run benchmarks/gpu_session.sh (PARTS="graphs
-# decode tests", carrying .espeak_debs). Once that has shown the CUDA graphs of the training step to work
-# (srupp_asr/graphs.py, new 2026-11-30, not yet run on a GPU), TRAIN_ARGS='--model.cuda_graphs {}' in call 1 trains
-# with them.
+#   call 4: recipes/synth_en/local/device_run.sh collect $OUT/read_mix
+# Calls follow each other at once (an idle machine goes back after 30 s, and the job with it). Before training the
+# job waits up to 15 minutes for INIT/config.yaml and the pack. Once call 2 has shown the CUDA graphs of the
+# training step to work (srupp_asr/graphs.py, new 2026-11-30, not yet run on a GPU), TRAIN_ARGS='--model.cuda_graphs
+# {}' in call 1 of a later lease trains with them.
 #
 # Environment (for a dry run on a CPU: PYTHON=.venv/bin/python NO_WHEELS=1 DEVICE=cpu TRAIN_ARGS="..."):
-# PYTHON (default python3), NO_WHEELS (set: do not install .whl), DEVICE (default cuda), TRAIN_ARGS (appended to
+# PYTHON (default python3), NO_WHEELS (set: do not install .whl), DEVICE (default cuda), WATCH_SECONDS (how long
+# `start` prints the log, default 540), TRAIN_ARGS (appended to
 # `srupp-asr train fit` by default-model), INIT (default-model: a model directory to start training from),
 # INIT_WAIT (seconds to wait for INIT, default 900), LEASE_MINUTES (default 24), DATA and EXP (default
 # data/synth_en_gpu_<HOURS>h and exp/synth_en_gpu or exp/compare_gpu); for compare, CONFIG (default
@@ -231,7 +233,7 @@ case "${1:-}" in
     # The job outlives this command (a new session is not killed when the command returns).
     setsid bash -c "if bash '$script' run ${*:2} >>'$exp/pipeline.log' 2>&1; then touch '$exp/DONE'; \
 else touch '$exp/FAILED'; fi" </dev/null >/dev/null 2>&1 &
-    watch_log 540
+    watch_log "${WATCH_SECONDS:-540}"
     ;;
   run)  # run JOB ARGS...: the job itself, in the foreground (what `start` runs in the background)
     SECONDS=0  # the lease's clock, as far as the job knows it
