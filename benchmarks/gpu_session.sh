@@ -67,9 +67,10 @@ part compile && say "training step, after the fixes, torch.compile (profiled)" &
 # on the 20 sentences and a 3-minute recording, each set decoded once untimed first; the defaults again at the CPU's
 # batch of 8; then the search alone, per mode (decoding_speed.py, no LM), and its calls, host syncs and kernel
 # launches per output step, per scorer, both ways (search_ops.py). They speak with espeak-ng: carry .espeak_debs.
+# decoding_defaults.py writes each row to its .err file as it finishes: a timeout keeps the rows done.
 if part decode; then
   say "decoding on the GPU: transcribe's defaults and joint, CTC frames looped and in closed form"
-  timeout 300 "$py" benchmarks/decoding_defaults.py --device cuda --warmup --minutes 3 --modes default joint \
+  timeout 360 "$py" benchmarks/decoding_defaults.py --device cuda --warmup --minutes 3 --modes default joint \
     --ctc-recursions loop scan >"$out/decoding_gpu.md" 2>"$out/decoding_gpu.err"
   say "transcribe's defaults at 8 files a batch"
   timeout 90 "$py" benchmarks/decoding_defaults.py --device cuda --warmup --minutes --modes default --batch-size 8 \
