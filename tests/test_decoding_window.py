@@ -134,11 +134,9 @@ def reference_block(carry, phi, x, x_blank):
     return out
 
 
-@pytest.mark.parametrize("P", [0, 5, 30])
-def test_both_ways_of_running_the_frames_give_the_float64_recursion(P: int) -> None:
-    """The loop and the closed form (cumulative log-sum-exps) of :func:`forward_block` against the recursions
-    run frame by frame in float64: within float32 rounding, -inf exactly where the reference is, also where a
-    log-probability is -inf (a broken model's) and where the carry or phi is."""
+def block_inputs(P: int):
+    """Random inputs of :func:`forward_block` (30 frames, 3 rows, 4 candidates, ``P`` frames of phi) with -inf where
+    a broken model or an impossible prefix puts them."""
     gen = torch.Generator().manual_seed(P)
     F, N, K = 30, 3, 4
     logits = 3.0 * torch.randn(F, N, K + 1, generator=gen)
@@ -151,6 +149,16 @@ def test_both_ways_of_running_the_frames_give_the_float64_recursion(P: int) -> N
     carry = torch.randn(2, N, K, generator=gen) - 8.0
     carry[0, 0, 1] = -math.inf
     carry[:, 0, 0] = -math.inf  # (with phi -inf too: the whole column is impossible)
+    return carry, phi, x, x_blank
+
+
+@pytest.mark.parametrize("P", [0, 5, 30])
+def test_both_ways_of_running_the_frames_give_the_float64_recursion(P: int) -> None:
+    """The loop and the closed form (cumulative log-sum-exps) of :func:`forward_block` against the recursions
+    run frame by frame in float64: within float32 rounding, -inf exactly where the reference is, also where a
+    log-probability is -inf (a broken model's) and where the carry or phi is."""
+    carry, phi, x, x_blank = block_inputs(P)
+    F, N, K = x.shape
     expected = reference_block(carry, phi, x, x_blank)
     for recursion in ("loop", "scan"):
         got = forward_block(carry, phi, x, x_blank, recursion)
@@ -161,6 +169,19 @@ def test_both_ways_of_running_the_frames_give_the_float64_recursion(P: int) -> N
         assert torch.allclose(got[finite].double(), expected[finite], rtol=1e-6, atol=1e-4), recursion
     with pytest.raises(ValueError, match="recursion"):
         forward_block(carry, phi, x, x_blank, "unrolled")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("P", [0, 5, 30])
+def test_the_scan_on_a_gpu_gives_the_float64_recursion(P: int) -> None:
+    """What a GPU's search runs (the scan, float64 on the device) against the same reference."""
+    carry, phi, x, x_blank = block_inputs(P)
+    expected = reference_block(carry, phi, x, x_blank)
+    got = forward_block(*(t.cuda() for t in (carry, phi, x, x_blank)), "scan").cpu()
+    assert torch.equal(got.isneginf(), expected.isneginf())
+    finite = expected.isfinite()
+    assert torch.allclose(got[finite].double(), expected[finite], rtol=1e-6, atol=1e-4)
 
 
 @pytest.mark.parametrize("seed", range(2))
