@@ -27,6 +27,7 @@ hypothesis' accumulated CTC score is ``psi`` of its prefix.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -292,15 +293,18 @@ class CTCPrefixScorer:
             raise ValueError(f"window_threshold must be > 0, got {window_threshold}")
         self.eos, self.T, self.threshold = eos, T, float(window_threshold)
         self.lengths = lengths.to(log_probs.device)
-        # The last frame any row can need: for the scan (a GPU's way) read once here rather than at each step for the
-        # rows left (a host sync each); frames past a row's own length are -inf, so its window ends there all the same.
-        self.longest = int(lengths.max()) if lengths.numel() else 0
         self.log_probs = log_probs.float()
         # Cumulative log-probabilities over frames (index t: the sum over frames before t), in float64 so that
         # differences of large sums stay exact: the ending score of a prefix whose window ended (see _end_scores).
         self.cumulative = torch.nn.functional.pad(log_probs.double().cumsum(1), (0, 0, 1, 0))
         #: frames computed by the last score() (one per frame, however many hypotheses): for tests and benchmarks
         self.frames_computed = 0
+
+    @functools.cached_property
+    def _longest(self) -> int:
+        """The last frame any row can need: for the scan (a GPU's way) read once rather than at each step for the rows
+        left (a host sync each); frames past a row's own length are -inf, so its window ends there all the same."""
+        return int(self.lengths.max()) if self.lengths.numel() else 0
 
     def init_state(self, utterances: torch.Tensor) -> _CTCState:
         """The bare prefix: all-blank paths, ``r_{t-1}^b`` the blank's cumulative log-probability, prefix
@@ -346,7 +350,7 @@ class CTCPrefixScorer:
         device = utt.device
         lengths = self.lengths[utt]
         recursion = CTC_RECURSION if CTC_RECURSION != "auto" else ("scan" if device.type == "cuda" else "loop")
-        T = self.longest if recursion == "scan" else int(lengths.max())  # no row needs frames past T
+        T = self._longest if recursion == "scan" else int(lengths.max())  # no row needs frames past T
         lo, hi = state.lo, state.lo + state.r.shape[0]  # g's window: indices lo..hi-1
         # h = g + c has len(g) + 1 tokens: r_t^n(h) = -inf before frame len(g), r_t^b(h) one frame later, and
         # phi_{t-1} = -inf before frame len(g) and outside g's window: only frames from there on are computed.

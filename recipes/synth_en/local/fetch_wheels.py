@@ -44,7 +44,9 @@ def normalize(name: str) -> str:
 
 def requirement_name(requirement: str) -> str:
     """The distribution name of a requirement line (``lhotse>=1.30`` -> ``lhotse``; extras and markers dropped)."""
-    return normalize(re.split(r"[\s\[<>=!~;@]", requirement.strip(), maxsplit=1)[0])
+    from packaging.requirements import Requirement
+
+    return normalize(Requirement(requirement).name)
 
 
 def project_requirements(setup_cfg: Path, leave_out: tuple[str, ...] = ()) -> list[str]:
