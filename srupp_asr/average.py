@@ -442,6 +442,7 @@ def lm_writer(
     """Check the LM of ``lm_dir`` (loads, same tokenizer as ``tokenizer_path``'s) and return a function that writes
     it as an LM directory at a given path in ``dtype`` with the fusion weight ``weight`` (None: the LM's own recorded
     weight, else ``DEFAULT_LM_WEIGHT``). Every problem is a one-line UserError naming the file."""
+    from srupp_asr.decoding.lexicon import lexicon_path, recorded_lexicon_weight
     from srupp_asr.decoding.settings import DEFAULT_LM_WEIGHT
     from srupp_asr.lm import load_lm
     from srupp_asr.model_files import check_fusion_weight, check_same_tokenizer, read_fusion_weight
@@ -453,10 +454,13 @@ def lm_writer(
         weight = read_fusion_weight(lm_dir)
     weight = check_fusion_weight(DEFAULT_LM_WEIGHT if weight is None else weight, "--lm-weight")
 
+    lexicon = lexicon_path(lm_dir)  # the word list goes with the LM, with its weight
+    lexicon_weight = recorded_lexicon_weight(lm_dir) if lexicon is not None else None
+
     def write(path: Path) -> Path:
         from srupp_asr.lm import save_lm
 
-        return save_lm(lm, lm_tokenizer.path, path, fusion_weight=weight, dtype=dtype)
+        return save_lm(lm, lm_tokenizer.path, path, weight, dtype, lexicon, lexicon_weight)
 
     return write
 

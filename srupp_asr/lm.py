@@ -12,6 +12,8 @@ An LM directory is written like a model directory (:func:`srupp_asr.model_dir.wr
     LM_DIR/config.yaml         format_version and ``lm:`` (the SRUppLM constructor arguments)
     LM_DIR/model.safetensors   the SRUppLM state dict (or its shards and their index, as a model directory's)
     LM_DIR/tokenizer.model     the tokenizer it was trained with (must be the ASR model's)
+    LM_DIR/words.txt[.gz]      optional: a word list the search charges words outside of (its weight:
+                               ``lexicon_weight`` in config.yaml; :mod:`srupp_asr.decoding.lexicon`)
 
 A model directory may carry its LM as ``MODEL_DIR/lm/`` (:data:`LM_SUBDIR`, written by ``srupp-asr average --lm``
 or :func:`srupp_asr.average.ship_lm`); its ``config.yaml`` then also holds ``fusion_weight``, the shallow-fusion
@@ -26,13 +28,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from srupp_asr.checks import check_size
+from srupp_asr.decoding.lexicon import LEXICON_WEIGHT_KEY
 from srupp_asr.errors import UserError
 from srupp_asr.model_dir import build_with_weights, write_model_dir
 from srupp_asr.model_files import (  # the LM directory's files, read without torch; re-exported
@@ -45,12 +48,18 @@ from srupp_asr.model_files import (  # the LM directory's files, read without to
 from srupp_asr.sru import LayerState, SRUppEncoder
 from srupp_asr.tokenizer import Tokenizer
 
+if TYPE_CHECKING:
+    from srupp_asr.decoding.lexicon import LexiconTable
+
 SOS_EOS_ID = Tokenizer.sos_eos_id
 PAD_ID = Tokenizer.blank_id  # never a target: the blank is not a text token
 
 
 class SRUppLM(nn.Module):
-    """Causal SRU++ language model over token ids."""
+    """Causal SRU++ language model over token ids; ``lexicon``: the word list its directory carries, as the search
+    reads it (:mod:`srupp_asr.decoding.lexicon`; set by :func:`srupp_asr.loading.load_fusion_lm`)."""
+
+    lexicon: LexiconTable | None = None
 
     def __init__(
         self,
@@ -144,10 +153,13 @@ def save_lm(
     out_dir: str | os.PathLike,
     fusion_weight: float | None = None,
     dtype: torch.dtype = torch.float32,
+    lexicon: Path | None = None,
+    lexicon_weight: float | None = None,
 ) -> Path:
     """Write an LM directory atomically (an existing LM or model directory at ``out_dir`` is replaced), its floating
     weights stored in ``dtype`` (loading casts them back); ``fusion_weight``, when given, is recorded as the weight
-    to fuse it with by default (see :func:`read_fusion_weight`)."""
+    to fuse it with by default (see :func:`read_fusion_weight`); ``lexicon``, a word list file, is copied in under
+    its name, with ``lexicon_weight`` recorded when given."""
     tokenizer = Tokenizer(tokenizer_path)
     if tokenizer.vocab_size != model.vocab_size:
         raise UserError(f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, the LM {model.vocab_size}")
@@ -159,7 +171,10 @@ def save_lm(
     config: dict[str, Any] = {"format_version": FORMAT_VERSION, "lm": dict(model.config)}
     if fusion_weight is not None:
         config[FUSION_WEIGHT_KEY] = check_fusion_weight(fusion_weight, f"{out_dir}: {FUSION_WEIGHT_KEY}")
-    return write_model_dir(out_dir, config, weights, tokenizer_path)
+    if lexicon is not None and lexicon_weight is not None:
+        config[LEXICON_WEIGHT_KEY] = check_fusion_weight(lexicon_weight, f"{out_dir}: {LEXICON_WEIGHT_KEY}")
+    files = {lexicon.name: lexicon} if lexicon is not None else None
+    return write_model_dir(out_dir, config, weights, tokenizer_path, files=files)
 
 
 def load_lm(lm_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[SRUppLM, Tokenizer]:

@@ -93,17 +93,20 @@ def compute_device(compute_type: str, device: str) -> str:
 
 @dataclass(frozen=True)
 class LMChoice:
-    """The LM decoding fuses (``path``, None: none) with ``weight``, and where it came from (``origin``)."""
+    """The LM decoding fuses (``path``, None: none) with ``weight``, and where it came from (``origin``); the
+    weight of its word list as it records it (``lexicon_weight``; None: it carries none)."""
 
     path: Path | None
     weight: float | None
     origin: str
+    lexicon_weight: float | None = None
 
     def describe(self) -> str:
         """One line for the log: which LM and why."""
         if self.path is None:
             return f"decoding without a language model ({self.origin})"
-        return f"fusing the language model {self.path} with weight {self.weight:g} ({self.origin})"
+        words = "" if self.lexicon_weight is None else ", and its word list"
+        return f"fusing the language model {self.path} with weight {self.weight:g} ({self.origin}){words}"
 
 
 def choose_lm(
@@ -118,6 +121,7 @@ def choose_lm(
     one), else :data:`DEFAULT_LM_WEIGHT`. ``no_lm`` or a weight of 0: none. ``ctc_greedy`` ignores the model's own
     LM (it takes none) unless a weight is asked for, which :func:`fused_options` then refuses, as it refuses
     ``lm`` with ``ctc_greedy``."""
+    from srupp_asr.decoding.lexicon import lexicon_path, recorded_lexicon_weight
     from srupp_asr.model_files import LM_SUBDIR, read_fusion_weight
 
     check_lm_flags(lm, lm_weight, no_lm)
@@ -139,25 +143,39 @@ def choose_lm(
     weight = DEFAULT_LM_WEIGHT if weight is None else weight
     if weight == 0:
         return LMChoice(None, None, "fusion weight 0")
-    return LMChoice(path, weight, origin)
+    lexicon_weight = recorded_lexicon_weight(path) if lexicon_path(path) is not None else None
+    return LMChoice(path, weight, origin, lexicon_weight)
 
 
 def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions:
-    """``options`` with the weight of the LM ``choice`` fuses (0 without one); a one-line UserError when the mode
-    takes no LM."""
+    """``options`` with the weight of the LM ``choice`` fuses (0 without one) and of its word list (the one asked
+    for, else the LM's; 0 without one); a one-line UserError when the mode takes no LM, or a word list weight is
+    asked for where the LM has none."""
+    words = options.lexicon_weight
+    if choice.path is None or choice.lexicon_weight is None:
+        if words:
+            where = f"{choice.path} has no word list" if choice.path is not None else "no LM is fused"
+            raise UserError(f"decoding options: --lexicon-weight needs an LM with a word list (words.txt): {where}")
+        words = 0.0
+    elif words is None:
+        words = choice.lexicon_weight
     try:
-        return dataclasses.replace(options, lm_weight=choice.weight if choice.path is not None else 0.0)
+        return dataclasses.replace(
+            options, lm_weight=choice.weight if choice.path is not None else 0.0, lexicon_weight=words
+        )
     except ValueError as err:
         raise UserError(f"decoding options: {err}") from None
 
 
 def load_fusion_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer, device: str) -> SRUppLM:
     """The LM of ``lm_dir`` on ``device``, checked to use ``tokenizer``'s pieces."""
+    from srupp_asr.decoding.lexicon import read_lexicon_table
     from srupp_asr.lm import load_lm
     from srupp_asr.model_files import check_same_tokenizer
 
     lm, lm_tokenizer = load_lm(lm_dir, device)
     check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
+    lm.lexicon = read_lexicon_table(lm_dir, tokenizer)
     return lm
 
 

@@ -171,13 +171,15 @@ def write_model_dir(
     tokenizer_path: str | os.PathLike,
     max_shard_bytes: int | None = None,
     subdirs: Mapping[str, Callable[[Path], object]] | None = None,
+    files: Mapping[str, Path] | None = None,
 ) -> Path:
     """Write ``config.yaml``, ``model.safetensors`` and a copy of the tokenizer as the directory ``out_dir``, all or
     nothing: the files go to a hidden sibling that replaces ``out_dir`` (an empty or model directory) at the end.
     Weights that would make a file larger than ``max_shard_bytes`` are written as shards of at most that size with
     an index (:data:`SHARD_FILE`, :data:`WEIGHTS_INDEX_FILE`); a single tensor too big for one is a UserError.
     ``subdirs`` maps a folder name to a function that writes that folder (given its path) before the swap, so a
-    model and its LM (``lm/``) appear together or not at all."""
+    model and its LM (``lm/``) appear together or not at all; ``files`` maps a file name to a file copied in (an LM's
+    word list)."""
     out_dir = Path(out_dir)
     check_replaceable(out_dir)
     shards = _pack_shards(weights, max_shard_bytes, out_dir)
@@ -188,6 +190,9 @@ def write_model_dir(
         _write_weights(tmp, shards)
         with atomic_output(tmp / TOKENIZER_FILE) as path:
             shutil.copyfile(tokenizer_path, path)
+        for name, source in (files or {}).items():
+            with atomic_output(tmp / name) as path:
+                shutil.copyfile(source, path)
         for name, write in (subdirs or {}).items():
             write(tmp / name)
         replace_dir(tmp, out_dir)

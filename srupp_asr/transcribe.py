@@ -407,6 +407,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
         beam=args.beam,
         ctc_weight=args.ctc_weight,
         length_penalty=args.length_penalty,
+        lexicon_weight=args.lexicon_weight,
         lm=args.lm,
         lm_weight=args.lm_weight,
         no_lm=args.no_lm,

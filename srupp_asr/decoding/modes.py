@@ -29,7 +29,7 @@ from srupp_asr.decoding.beam_search import NEG_INF, beam_search
 from srupp_asr.decoding.options import DecodingOptions, Hypothesis, unmet_needs
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
 from srupp_asr.decoding.rescoring import attention_scores, lm_scores, rescore
-from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer, LMScorer, Scorer
+from srupp_asr.decoding.scorers import CTCPrefixScorer, DecoderScorer, LMScorer, Scorer, WordListScorer
 from srupp_asr.lm import SRUppLM
 from srupp_asr.model import ASRModel, collapse_ctc_paths
 from srupp_asr.threads import one_thread
@@ -131,6 +131,8 @@ def _search(
         scorers.append((CTCPrefixScorer(log_probs, enc_lens), ctc_weight))
     if lm is not None:
         scorers.append((LMScorer(lm), options.fusion_weight))
+        if lm.lexicon is not None and options.word_penalty > 0:
+            scorers.append((WordListScorer(lm.lexicon), options.word_penalty))
     if options.maxlen_ratio > 0:
         max_lengths = (options.maxlen_ratio * enc_lens.float()).long().clamp(min=1)
     else:

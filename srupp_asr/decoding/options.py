@@ -41,6 +41,10 @@ class DecodingOptions:
       0 decodes without an LM; ``ctc_greedy`` takes none. None (the default): not chosen here; :func:`decode`
       then fuses no LM, and ``transcribe`` / ``evaluate`` use the weight recorded with the LM they fuse (the model
       directory's own ``lm/`` by default, see :func:`srupp_asr.loading.choose_lm`).
+    - ``lexicon_weight``: what each word outside the fused LM's word list costs a hypothesis in the label-synchronous
+      search (``joint``, ``ctc_prefix_beam`` with an LM; :mod:`srupp_asr.decoding.lexicon`): an LM directory may
+      carry one (``words.txt``). 0: no word list. None (the default): not chosen here; :func:`decode` then checks
+      no words, and ``transcribe`` / ``evaluate`` use the weight recorded with the LM's word list.
     """
 
     mode: Mode = "ctc_greedy"
@@ -50,6 +54,7 @@ class DecodingOptions:
     maxlen_ratio: float = 0.0
     nbest: int = 1
     lm_weight: float | None = None
+    lexicon_weight: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -67,6 +72,8 @@ class DecodingOptions:
             raise ValueError(f"nbest must be an integer in [1, beam={self.beam}], got {self.nbest!r}")
         if self.lm_weight is not None and lm_weight_problem(self.lm_weight):
             raise ValueError(f"lm_weight {lm_weight_problem(self.lm_weight)}")
+        if self.lexicon_weight is not None and lm_weight_problem(self.lexicon_weight):
+            raise ValueError(f"lexicon_weight {lm_weight_problem(self.lexicon_weight)}")
         if self.fusion_weight > 0 and self.mode == "ctc_greedy":
             raise ValueError("lm_weight needs a beam mode (ctc_prefix_beam, joint or rescoring), not ctc_greedy")
 
@@ -74,6 +81,12 @@ class DecodingOptions:
     def fusion_weight(self) -> float:
         """The LM weight decoding applies: ``lm_weight``, 0 when None."""
         return self.lm_weight or 0.0
+
+    @property
+    def word_penalty(self) -> float:
+        """The lexicon weight decoding applies: ``lexicon_weight`` when an LM is fused, else 0 (the word list is
+        the LM's)."""
+        return (self.lexicon_weight or 0.0) if self.fusion_weight > 0 else 0.0
 
 
 def unmet_needs(

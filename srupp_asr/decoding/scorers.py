@@ -36,6 +36,7 @@ import torch
 
 from srupp_asr import kv_cache
 from srupp_asr.decoder import TransformerDecoder
+from srupp_asr.decoding.lexicon import LexiconScorer, LexiconTable
 from srupp_asr.encoders import sinusoidal_positions
 from srupp_asr.lm import SRUppLM
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID
@@ -191,6 +192,31 @@ class LMScorer:
         """The states of ``rows`` (with their last token read when the hypotheses were extended)."""
         source = pending if tokens is not None else state
         return None if source is None else [s.select(rows) for s in source]
+
+
+class WordListScorer:
+    """The LM's word list (:class:`srupp_asr.decoding.lexicon.LexiconScorer`, which works on the host in numpy) as
+    a partial scorer of the torch search: the candidates go to the host and the scores come back, one transfer a
+    step more on a GPU."""
+
+    full = False
+
+    def __init__(self, table: LexiconTable) -> None:
+        self.scorer = LexiconScorer(table)
+
+    def init_state(self, utterances: torch.Tensor) -> Any:
+        """No word begun, for each row."""
+        return self.scorer.init_state(utterances.cpu().numpy())
+
+    def score(self, state: Any, ys: torch.Tensor, candidates: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
+        """``(N, K)`` scores of ``candidates``: -1 for each word a candidate takes out of the list."""
+        scores, _ = self.scorer.score(state, None, candidates.cpu().numpy())
+        return torch.from_numpy(scores).to(candidates.device), None
+
+    def select(self, state: Any, rows: torch.Tensor, tokens: torch.Tensor | None, pending: Any) -> Any:
+        """The states of ``rows``, extended by ``tokens``."""
+        host = None if tokens is None else tokens.cpu().numpy()
+        return self.scorer.select(state, rows.cpu().numpy(), host, None)
 
 
 @dataclass

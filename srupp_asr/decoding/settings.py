@@ -55,6 +55,12 @@ def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
         f"{DEFAULT_LM_WEIGHT})",
     )
     p.add_argument("--no-lm", action="store_true", help="decode without a language model (not the model's lm/ either)")
+    p.add_argument(
+        "--lexicon-weight",
+        type=float,
+        help="what each word outside the LM's word list (its words.txt) costs a hypothesis; 0: no word list "
+        "(default: the weight stored with the LM)",
+    )
 
 
 def batch_size_for(batch_size: int | None, device: object) -> int:

@@ -6,7 +6,7 @@ run one step at a time with their recurrent states and key/value caches (:mod:`s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,11 +15,17 @@ from srupp_asr.runtime.ops import Weights, layer_norm, linear, log_softmax
 from srupp_asr.runtime.sru import TRAINING_OPTIONS, LayerState, SRUppEncoder
 from srupp_asr.tokenizer import Tokenizer
 
+if TYPE_CHECKING:
+    from srupp_asr.decoding.lexicon import LexiconTable
+
 SOS_EOS_ID = Tokenizer.sos_eos_id  # the vocabulary exceeds it
 
 
 class SRUppLM:
-    """Causal SRU++ language model over token ids, stepped a token at a time."""
+    """Causal SRU++ language model over token ids, stepped a token at a time; ``lexicon``: the word list its
+    directory carries, as the search reads it (:mod:`srupp_asr.decoding.lexicon`; set by the loader)."""
+
+    lexicon: LexiconTable | None = None
 
     def __init__(
         self,

@@ -203,6 +203,8 @@ def _describe(options: DecodingOptions) -> str:
         fields["length_penalty"] = options.length_penalty
     if options.lm_weight:
         fields["lm_weight"] = options.lm_weight
+    if options.word_penalty:
+        fields["lexicon_weight"] = options.lexicon_weight
     return " ".join(f"{k}={v}" for k, v in fields.items())
 
 
@@ -218,6 +220,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         beam=args.beam,
         ctc_weight=args.ctc_weight,
         length_penalty=args.length_penalty,
+        lexicon_weight=args.lexicon_weight,
         lm=args.lm,
         lm_weight=args.lm_weight,
         no_lm=args.no_lm,

@@ -1,0 +1,230 @@
+"""A word list as a scorer of the beam search: every word a hypothesis spells that is not in the list costs it a
+penalty, charged at the token where the word stops being the beginning of any listed word (or, for a beginning
+that is no word of its own, where the word ends).
+
+A model whose tokens are small word pieces (the built-in model has 256) can spell words that do not exist
+("undertention" for "under tension", "meltrated" for "maltreated"); a language model over the same pieces makes
+them unlikely, not impossible. Checking the words during the search, not afterwards, keeps the hypotheses that
+spell real words in the beam (an n-best list re-ranked by a word list gains little: its alternatives to a
+non-word are mostly other non-words). This is the lexicon of a classic decoder made soft: a word outside the list
+costs ``lexicon_weight`` instead of being impossible, so that a name no list holds can still be written when the
+audio is clear enough.
+
+Pure numpy (no torch): the numpy runtime and the torch search share :class:`LexiconScorer`. A hypothesis' state is
+the number of the word piece it has spelt since its last word start; a table, filled as new pieces appear, maps
+(state, token) to the next state and the penalty, so that a search step is two array lookups.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import io
+import os
+import threading
+import zlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from srupp_asr.errors import UserError
+from srupp_asr.fileio import decode_text, read_bytes
+from srupp_asr.tokenizer import Tokenizer
+
+WORD_START = "\u2581"  # sentencepiece's word-start mark, the first character of a piece that begins a word
+# The largest word list read (bytes, after decompression): the Debian SCOWL "insane" list is 7 MB; a file past
+# this is not a word list (a model directory is not trusted to be small).
+MAX_LEXICON_BYTES = 64 * 1024 * 1024
+# The word list an LM directory may carry, plain or gzip-compressed (the built-in model's is compressed).
+LEXICON_FILES = ("words.txt", "words.txt.gz")
+# What a word outside the list costs when the LM's config.yaml records no weight (lexicon_weight): about the
+# log-probability of a word; the built-in model's LM records its own.
+DEFAULT_LEXICON_WEIGHT = 10.0
+LEXICON_WEIGHT_KEY = "lexicon_weight"
+EMPTY = 0  # no piece of the current word yet (at the start, or after a word-start piece that is the mark alone)
+DEAD = 1  # the current word is no beginning of a listed word: charged already, nothing more until it ends
+
+
+class Lexicon:
+    """A set of words (lower case, as the tokenizer writes them) that answers "is ``p`` a word" and "is ``p`` the
+    beginning of some word" by a binary search in the sorted list (no hash set beside it: the built-in model's
+    338,000 words take about 22 MB as a list, 16 MB more as a set)."""
+
+    def __init__(self, words: Iterable[str]) -> None:
+        words = sorted(words)
+        self.words = [w for i, w in enumerate(words) if i == 0 or w != words[i - 1]]
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __contains__(self, word: object) -> bool:
+        i = bisect.bisect_left(self.words, word)
+        return i < len(self.words) and self.words[i] == word
+
+    def is_prefix(self, prefix: str) -> bool:
+        """Whether some word starts with ``prefix`` (the empty prefix included)."""
+        i = bisect.bisect_left(self.words, prefix)
+        return i < len(self.words) and self.words[i].startswith(prefix)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> Lexicon:
+        """The words of a UTF-8 text file (``.gz``: gzip-compressed), one a line (any white space separates
+        them), lower-cased. A file past :data:`MAX_LEXICON_BYTES` (compressed or not), one that is no regular file
+        or no UTF-8 text, or one with no word is a :class:`UserError` naming the file."""
+        path = Path(path)
+        data = read_bytes(path, "word list", MAX_LEXICON_BYTES)
+        if path.suffix == ".gz":
+            try:
+                with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+                    data = f.read(MAX_LEXICON_BYTES + 1)
+            except (OSError, EOFError, zlib.error) as err:
+                raise UserError(f"{path}: the word list is not gzip data ({err})") from None
+            if len(data) > MAX_LEXICON_BYTES:
+                raise UserError(f"{path}: the word list holds more than {MAX_LEXICON_BYTES // 2**20} MiB of text")
+        words = decode_text(data, path, "word list").lower().split()
+        del data
+        if not words:
+            raise UserError(f"{path}: the word list is empty")
+        return cls(words)
+
+
+class LexiconTable:
+    """The lexicon's state machine over a tokenizer's pieces: ``next[s, t]`` and ``penalty[s, t]`` (0 or 1) for
+    state ``s`` and token ``t``, a state being the word begun so far (:data:`EMPTY`, :data:`DEAD` or a listed
+    word's beginning). A state's row is filled the first time the state is scored. One table serves the batches
+    that ``transcribe`` decodes in threads at once: filling and reading hold a lock."""
+
+    def __init__(self, lexicon: Lexicon, pieces: Sequence[str], special: Sequence[int], end: int) -> None:
+        """``pieces`` the tokenizer's pieces by id; ``special`` the ids that spell nothing (blank, unknown),
+        charged as a word outside the list; ``end`` the id that ends the hypothesis."""
+        self.lexicon = lexicon
+        self.vocab = len(pieces)
+        self._starts = np.array([p.startswith(WORD_START) for p in pieces])
+        self._text = [p[1:] if p.startswith(WORD_START) else p for p in pieces]
+        self._special = set(special) - {end}
+        self._end = end
+        self._partial = ["", ""]  # the word begun so far, by state (EMPTY, DEAD: "" and unused)
+        self._ids = {"": EMPTY}
+        self.next = np.zeros((0, self.vocab), dtype=np.int32)
+        self.penalty = np.zeros((0, self.vocab), dtype=np.float32)
+        self._filled = np.zeros(0, dtype=bool)
+        self._lock = threading.Lock()
+
+    def _state(self, partial: str) -> int:
+        """The state of having spelt ``partial`` (a listed word's beginning), made if new."""
+        state = self._ids.get(partial)
+        if state is None:
+            state = self._ids[partial] = len(self._partial)
+            self._partial.append(partial)
+        return state
+
+    def _ended(self, state: int) -> float:
+        """The penalty for ending the word of ``state`` (a beginning that is no word of its own)."""
+        return float(state not in (EMPTY, DEAD) and self._partial[state] not in self.lexicon)
+
+    def _fill(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next states and penalties of ``state`` for every token."""
+        nxt = np.full(self.vocab, DEAD, dtype=np.int32)
+        pen = np.zeros(self.vocab, dtype=np.float32)
+        ended = self._ended(state)
+        partial = self._partial[state]
+        for token, text in enumerate(self._text):
+            if token == self._end:
+                nxt[token], pen[token] = EMPTY, ended
+            elif token in self._special:
+                pen[token] = float(state != DEAD)
+            elif self._starts[token]:
+                ok = self.lexicon.is_prefix(text)
+                nxt[token] = self._state(text) if ok else DEAD
+                pen[token] = ended + (not ok)
+            elif state != DEAD:
+                word = partial + text
+                ok = self.lexicon.is_prefix(word)
+                nxt[token] = self._state(word) if ok else DEAD
+                pen[token] = float(not ok)
+        return nxt, pen
+
+    def penalties(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """``penalty[states[:, None], tokens]``: ``(N, K)`` for states ``(N,)`` and tokens ``(N, K)``."""
+        with self._lock:
+            self._fill_rows(states)
+            return self.penalty[states[:, None], tokens]
+
+    def successors(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """``next[states, tokens]``: the states after one token each."""
+        with self._lock:
+            self._fill_rows(states)
+            return self.next[states, tokens]
+
+    def rows(self, states: np.ndarray) -> None:
+        """Fill the rows of ``states`` not filled yet."""
+        with self._lock:
+            self._fill_rows(states)
+
+    def _fill_rows(self, states: np.ndarray) -> None:
+        size = len(self._partial)
+        if size > self._filled.size:
+            grow = max(size, 2 * self._filled.size)
+            self.next = np.concatenate([self.next, np.zeros((grow - self._filled.size, self.vocab), np.int32)])
+            self.penalty = np.concatenate([self.penalty, np.zeros((grow - self._filled.size, self.vocab), np.float32)])
+            self._filled = np.concatenate([self._filled, np.zeros(grow - self._filled.size, dtype=bool)])
+        for state in np.unique(states[~self._filled[states]]).tolist():
+            self.next[state], self.penalty[state] = self._fill(state)
+            self._filled[state] = True
+
+
+class LexiconScorer:
+    """The lexicon as a partial scorer (the candidates only) of the numpy beam search
+    (:class:`srupp_asr.runtime.search.Scorer`; the torch search wraps it): ``-1`` for each word a token takes out
+    of the list (see the module docstring), 0 otherwise; the search multiplies it by the lexicon weight. The state
+    is one int32 per hypothesis."""
+
+    full = False
+
+    def __init__(self, table: LexiconTable) -> None:
+        self.table = table
+
+    def init_state(self, utterances: np.ndarray) -> np.ndarray:
+        """The state of bare hypotheses, one per entry of ``utterances``: no word begun."""
+        return np.full(len(utterances), EMPTY, dtype=np.int32)
+
+    def score(self, state: np.ndarray, ys: object, candidates: np.ndarray) -> tuple[np.ndarray, None]:
+        """``(N, K)`` float32 scores of the ``candidates`` ``(N, K)`` after hypotheses in ``state`` ``(N,)``."""
+        return -self.table.penalties(state, candidates), None
+
+    def select(self, state: np.ndarray, rows: np.ndarray, tokens: np.ndarray | None, pending: None) -> np.ndarray:
+        """The state of hypotheses ``rows`` extended by ``tokens`` (or as they are: ``tokens`` None)."""
+        if tokens is None:
+            return state[rows]
+        return self.table.successors(state[rows], tokens)
+
+
+def lexicon_path(lm_dir: str | os.PathLike[str]) -> Path | None:
+    """The word list an LM directory carries (:data:`LEXICON_FILES`, the first there), or None."""
+    for name in LEXICON_FILES:
+        path = Path(lm_dir) / name
+        if os.path.lexists(path):
+            return path
+    return None
+
+
+def recorded_lexicon_weight(lm_dir: str | os.PathLike[str]) -> float:
+    """The lexicon weight ``lm_dir/config.yaml`` records (:data:`LEXICON_WEIGHT_KEY`), else
+    :data:`DEFAULT_LEXICON_WEIGHT`; a bad one is a one-line UserError naming the file."""
+    from srupp_asr.model_files import check_fusion_weight, lm_config_path, read_yaml_mapping
+
+    config_path = lm_config_path(lm_dir)
+    value = read_yaml_mapping(config_path, "LM config").get(LEXICON_WEIGHT_KEY)
+    if value is None:
+        return DEFAULT_LEXICON_WEIGHT
+    return check_fusion_weight(value, f"{config_path}: {LEXICON_WEIGHT_KEY}")
+
+
+def read_lexicon_table(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer) -> LexiconTable | None:
+    """The state machine of ``lm_dir``'s word list over ``tokenizer``'s pieces, or None when it carries none."""
+    path = lexicon_path(lm_dir)
+    if path is None:
+        return None
+    special = [Tokenizer.blank_id, Tokenizer.unk_id]
+    return LexiconTable(Lexicon.read(path), tokenizer.pieces(), special, Tokenizer.sos_eos_id)

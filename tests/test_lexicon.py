@@ -1,0 +1,207 @@
+"""The word list of the search (srupp_asr.decoding.lexicon): its state machine against a string reference, the
+searches choosing listed words (numpy and torch alike), reading the file, and the weight's way from the LM directory
+to the options."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import srupp_asr.runtime.search as runtime
+from srupp_asr.decoding import beam_search as torch_search
+from srupp_asr.decoding import scorers as torch_scorers
+from srupp_asr.decoding.lexicon import (
+    DEAD,
+    EMPTY,
+    Lexicon,
+    LexiconScorer,
+    LexiconTable,
+    lexicon_path,
+    read_lexicon_table,
+    recorded_lexicon_weight,
+)
+from srupp_asr.decoding.options import DecodingOptions
+from srupp_asr.errors import UserError
+from srupp_asr.loading import choose_lm, fused_options
+from srupp_asr.tokenizer import Tokenizer
+
+from .test_runtime_search import NumpyBigram, TorchBigram
+
+BUILTIN = Path(__file__).resolve().parent.parent / "srupp_asr" / "default_model"
+# blank, unk, <sos/eos>, then pieces: word starts (the mark alone too) and continuations
+PIECES = ["<blank>", "<unk>", "<sos/eos>", "\u2581c", "\u2581ca", "\u2581", "a", "t", "r", "s", "\u2581at", "x"]
+WORDS = ["cat", "cats", "car", "at", "a"]
+EOS = 2
+
+
+def table(words=WORDS) -> LexiconTable:
+    return LexiconTable(Lexicon(words), PIECES, [0, 1], EOS)
+
+
+def reference_penalty(tokens: list[int], words=WORDS) -> int:
+    """Words outside the list in the text the tokens spell (what the search is charged in all, at the end)."""
+    text = "".join(PIECES[t] for t in tokens).replace("\u2581", " ")
+    return sum(word not in words for word in text.split())
+
+
+def run(t: LexiconTable, tokens: list[int]) -> tuple[float, list[int]]:
+    """The penalties charged token by token (``tokens`` then the end), and the states passed through."""
+    state, total, states = np.array([EMPTY]), 0.0, []
+    for token in [*tokens, EOS]:
+        t.rows(state)
+        total += float(t.penalty[state[0], token])
+        state = t.next[state, np.array([token])]
+        states.append(int(state[0]))
+    return total, states
+
+
+def test_lexicon_prefixes_and_words() -> None:
+    lexicon = Lexicon(["cat", "car", "at"])
+    assert lexicon.is_prefix("") and lexicon.is_prefix("ca") and lexicon.is_prefix("cat")
+    assert not lexicon.is_prefix("cb") and not lexicon.is_prefix("cats") and not lexicon.is_prefix("z")
+    assert "cat" in lexicon and "ca" not in lexicon and len(lexicon) == 3
+
+
+def test_each_word_outside_the_list_is_charged_once_whatever_its_pieces() -> None:
+    t = table()
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        tokens = rng.integers(3, len(PIECES), size=int(rng.integers(0, 8))).tolist()
+        total, _ = run(t, tokens)
+        assert total == reference_penalty(tokens), [PIECES[i] for i in tokens]
+
+
+def test_one_table_serves_threads_at_once() -> None:
+    """transcribe decodes two batches at once with one LM, so one table: rows filled by one thread while another
+    grows the table must not be lost."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(1)
+    letters = list("atrsx")
+    words = sorted({"".join(rng.choice(letters, size=int(rng.integers(1, 7)))) for _ in range(3000)})
+    t = table(words)
+    sequences = [rng.integers(3, len(PIECES), size=int(rng.integers(1, 12))).tolist() for _ in range(600)]
+
+    def charged(tokens: list[int]) -> float:
+        state, total = np.array([EMPTY], dtype=np.int32), 0.0
+        for token in [*tokens, EOS]:
+            total += float(t.penalties(state, np.array([[token]]))[0, 0])
+            state = t.successors(state, np.array([token]))
+        return total
+
+    with ThreadPoolExecutor(4) as pool:
+        totals = list(pool.map(charged, sequences))
+    assert totals == [reference_penalty(tokens, words) for tokens in sequences]
+
+
+def test_the_charge_falls_where_the_word_leaves_the_list() -> None:
+    t = table()
+    c, a, x, s, space = PIECES.index("\u2581c"), PIECES.index("a"), PIECES.index("x"), PIECES.index("s"), 5
+    t.rows(np.array([EMPTY]))
+    c_state = int(t.next[EMPTY, c])
+    t.rows(np.array([c_state]))
+    assert t.penalty[EMPTY, c] == 0 and t.penalty[c_state, x] == 1 and t.next[c_state, x] == DEAD
+    assert t.penalty[c_state, EOS] == 1  # "c" is only the beginning of words
+    ca = int(t.next[EMPTY, PIECES.index("\u2581ca")])
+    assert t.next[c_state, a] == ca  # one state per beginning, however it was spelt
+    t.rows(np.array([ca]))
+    cat = int(t.next[ca, PIECES.index("t")])
+    t.rows(np.array([cat, DEAD]))
+    assert t.penalty[cat, s] == 0 and t.penalty[cat, EOS] == 0 and t.penalty[cat, space] == 0
+    assert t.penalty[DEAD, x] == 0 and t.penalty[DEAD, EOS] == 0  # charged once, when it left the list
+    assert t.penalty[c_state, 1] == 1 and t.penalty[EMPTY, a] == 0  # unk spells no word; "a" after nothing begins one
+
+
+def test_the_search_spells_listed_words_when_the_lexicon_weighs() -> None:
+    """A bigram that prefers "cx" to "cat" (both end equally well): the lexicon turns the choice, in both searches,
+    with the same scores."""
+    V = len(PIECES)
+    bigram = np.full((V, V), -9.0, dtype=np.float32)
+    c, a, t_, x = PIECES.index("\u2581c"), PIECES.index("a"), PIECES.index("t"), PIECES.index("x")
+    bigram[EOS, c] = -0.1
+    bigram[c, x], bigram[c, a] = -0.5, -1.0
+    bigram[a, t_] = -0.1
+    bigram[x, EOS] = bigram[t_, EOS] = -0.1
+    for weight, expected in ((0.0, [c, x]), (1.0, [c, a, t_])):
+        tab = table()
+        ported = [(NumpyBigram(bigram), 1.0), (LexiconScorer(tab), weight)]
+        reference = [(TorchBigram(bigram), 1.0), (torch_scorers.WordListScorer(tab), weight)]
+        got = runtime.beam_search(ported, 1, np.array([6]), V, beam=3, nbest=2)
+        want = torch_search.beam_search(reference, 1, torch.tensor([6]), V, beam=3, nbest=2)
+        assert got[0][0][0] == expected
+        assert [y for y, _ in got[0]] == [y for y, _ in want[0]]
+        assert [s for _, s in got[0]] == pytest.approx([s for _, s in want[0]], abs=1e-5)
+
+
+def test_word_lists_are_read_plain_or_compressed_and_bad_ones_named(tmp_path: Path) -> None:
+    plain = tmp_path / "words.txt"
+    plain.write_text("\ufeffCat\n\ncar\r\nat\ncar\n")
+    assert Lexicon.read(plain).words == ["at", "car", "cat"]
+    packed = tmp_path / "words.txt.gz"
+    packed.write_bytes(gzip.compress(b"cat\ncar\n"))
+    assert Lexicon.read(packed).words == ["car", "cat"]
+    bad = {
+        "latin1.txt": (b"cat\ncaf\xe9\n", "latin1.txt:2: word list is not UTF-8"),
+        "empty.txt": (b"\n\n", "the word list is empty"),
+        "broken.txt.gz": (b"not gzip at all", "not gzip data"),
+        "bomb.txt.gz": (gzip.compress(b"a\n" * (40 * 2**20)), "more than 64 MiB of text"),
+    }
+    for name, (data, message) in bad.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(UserError, match=message) as err:
+            Lexicon.read(tmp_path / name)
+        assert name in str(err.value)
+    with pytest.raises(UserError, match="is a directory"):
+        Lexicon.read(tmp_path)
+
+
+@pytest.fixture()
+def lm_with_words(tmp_path: Path) -> Path:
+    """A copy of the built-in model's LM that carries a word list (and records no weight for it)."""
+    lm = tmp_path / "lm"
+    shutil.copytree(BUILTIN / "lm", lm)
+    for name in ("words.txt", "words.txt.gz"):
+        (lm / name).unlink(missing_ok=True)
+    (lm / "words.txt").write_text("the\ncat\nsat\n")
+    config = (lm / "config.yaml").read_text()
+    (lm / "config.yaml").write_text("\n".join(x for x in config.splitlines() if not x.startswith("lexicon_weight")))
+    return lm
+
+
+def test_an_lm_directory_brings_its_word_list_and_weight(lm_with_words: Path, tmp_path: Path) -> None:
+    tokenizer = Tokenizer(BUILTIN / "tokenizer.model")
+    assert lexicon_path(lm_with_words) == lm_with_words / "words.txt"
+    assert read_lexicon_table(lm_with_words, tokenizer).lexicon.words == ["cat", "sat", "the"]
+    assert recorded_lexicon_weight(lm_with_words) == 10.0
+    choice = choose_lm(BUILTIN, "joint", lm_with_words)
+    assert fused_options(DecodingOptions("joint"), choice).lexicon_weight == 10.0
+    assert fused_options(DecodingOptions("joint", lexicon_weight=2.5), choice).word_penalty == 2.5
+    assert fused_options(DecodingOptions("joint", lexicon_weight=0.0), choice).word_penalty == 0.0
+    (lm_with_words / "config.yaml").write_text((lm_with_words / "config.yaml").read_text() + "\nlexicon_weight: 3\n")
+    assert fused_options(DecodingOptions("joint"), choose_lm(BUILTIN, "joint", lm_with_words)).lexicon_weight == 3.0
+    (lm_with_words / "config.yaml").write_text((lm_with_words / "config.yaml").read_text() + "lexicon_weight: -1\n")
+    with pytest.raises(UserError, match=r"config\.yaml: lexicon_weight must be a number"):
+        choose_lm(BUILTIN, "joint", lm_with_words)
+    plain = tmp_path / "plain_lm"
+    shutil.copytree(lm_with_words, plain)
+    (plain / "words.txt").unlink()
+    with pytest.raises(UserError, match=r"--lexicon-weight needs an LM with a word list .*plain_lm has no word list"):
+        fused_options(DecodingOptions("joint", lexicon_weight=5.0), choose_lm(BUILTIN, "joint", plain))
+    with pytest.raises(UserError, match="no LM is fused"):
+        fused_options(DecodingOptions("joint", lexicon_weight=5.0), choose_lm(BUILTIN, "joint", no_lm=True))
+    with pytest.raises(ValueError, match="lexicon_weight must be a number"):
+        DecodingOptions("joint", lexicon_weight=float("nan"))
+    assert DecodingOptions("joint", lexicon_weight=4.0).word_penalty == 0.0  # no LM fused: no word list
+
+
+def test_average_carries_the_word_list_into_the_model_directory(lm_with_words: Path, tmp_path: Path) -> None:
+    from srupp_asr.average import lm_writer
+
+    out = lm_writer(lm_with_words, BUILTIN / "tokenizer.model", 0.4, torch.float16)(tmp_path / "shipped")
+    assert (out / "words.txt").read_text() == "the\ncat\nsat\n"
+    assert recorded_lexicon_weight(out) == 10.0 and "lexicon_weight: 10.0" in (out / "config.yaml").read_text()
