@@ -13,7 +13,9 @@ a fresh process with ``--threads`` compute threads (default 2), through :func:`s
 - peak RSS of the process (``ru_maxrss``).
 
 Modes: ``default`` (``transcribe`` with no ``--decoding``: what a user gets, with the model directory's own LM
-when it carries one), ``default_no_lm`` (the same with ``--no-lm``), ``joint``, ``ctc_prefix_beam``.
+when it carries one), ``default_no_lm`` (the same with ``--no-lm``), ``default_no_words`` (the same with the LM
+but not its word list, at beam 10: ``--lexicon-weight 0 --beam 10``, the default before the word list),
+``joint``, ``ctc_prefix_beam``.
 
 ``--compute-types float32 int8 bfloat16`` runs each mode in each compute type (``transcribe --compute-type``).
 ``--device cuda`` decodes on a GPU (``transcribe --device``; default ``auto``, as ``transcribe``); ``--warmup``
@@ -83,7 +85,7 @@ SENTENCES = [
 VOICES = [("en-us", 165), ("en-gb", 150), ("en-gb-x-rp", 175), ("en-us", 140), ("en-029", 160)]
 PAUSES = (0.4, 0.7, 1.2)  # seconds of silence after a sentence in a long recording, in turn
 RATE = 16000
-MODES = ("default", "default_no_lm", "joint", "ctc_prefix_beam")
+MODES = ("default", "default_no_lm", "default_no_words", "joint", "ctc_prefix_beam")
 
 
 def speak(folder: Path, sentences: list[str]) -> list[tuple[np.ndarray, str]]:
@@ -158,7 +160,9 @@ def run_child(
         scorers.CTC_RECURSION = ctc_recursion
     begin = time.perf_counter()
     kwargs: dict = {"no_lm": True} if mode == "default_no_lm" else {"lm": lm, "lm_weight": lm_weight}
-    if mode not in ("default", "default_no_lm"):
+    if mode == "default_no_words":
+        kwargs.update(lexicon_weight=0.0, beam=10)
+    elif mode not in ("default", "default_no_lm"):
         kwargs["decoding"] = mode
     paths = [str(p) for p, _ in files]
     kwargs.update(threads=threads, compute_type=compute_type, device=device, batch_size=batch_size)

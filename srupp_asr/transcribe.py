@@ -430,6 +430,8 @@ def transcribe_command(args: argparse.Namespace) -> int:
         fused = transcripts[0].decoding if transcripts else {}
         if fused.get("lm"):
             line += f"; language model {fused['lm']} (weight {fused['lm_weight']:g}; --no-lm: without)"
+            if fused.get("lexicon_weight"):
+                line += f", its word list at {fused['lexicon_weight']:g} (--lexicon-weight 0: without)"
         print(line, file=sys.stderr)
     return 1 if failed else 0
 

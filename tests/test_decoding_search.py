@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from srupp_asr.decoding import DecodingOptions
+from srupp_asr.decoding.options import DEFAULT_BEAM
 from srupp_asr.decoding.prefix_beam import ctc_prefix_beam_search
 from srupp_asr.decoding.scorers import CTCPrefixScorer
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID
@@ -128,7 +129,8 @@ def prefix_total(exact: dict[tuple[int, ...], float], prefix: list[int]) -> floa
         ("length_penalty", float("nan")),
         ("maxlen_ratio", -1.0),
         ("nbest", 0),
-        ("nbest", 11),
+        ("nbest", DEFAULT_BEAM + 1),  # more than the beam
+        ("lexicon_weight", -1.0),
     ],
 )
 def test_bad_options_raise_a_value_error_naming_the_field(field: str, value: object) -> None:

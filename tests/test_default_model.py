@@ -103,11 +103,12 @@ QUOTED = ("LJ Speech 32 sentences", "vctk_dev", "Speech Commands dev", "FSDD dev
 
 def model_fingerprint(model_dir: Path) -> str:
     """SHA-256 of what decides the shipped model's transcripts: its weights, its tokenizer and its LM (weights,
-    config with the fusion weight, tokenizer)."""
+    config with the fusion and word list weights, tokenizer, word list)."""
     import hashlib
 
     files = [*sorted(weight_files(model_dir).shards), model_dir / "tokenizer.model"]
     files += [model_dir / "lm" / name for name in ("model.safetensors", "config.yaml", "tokenizer.model")]
+    files += [path for path in [model_dir / "lm" / "words.txt.gz"] if path.exists()]  # the word list, if any
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.relative_to(model_dir).as_posix().encode() + b"\0" + path.read_bytes())

@@ -205,3 +205,26 @@ def test_average_carries_the_word_list_into_the_model_directory(lm_with_words: P
     out = lm_writer(lm_with_words, BUILTIN / "tokenizer.model", 0.4, torch.float16)(tmp_path / "shipped")
     assert (out / "words.txt").read_text() == "the\ncat\nsat\n"
     assert recorded_lexicon_weight(out) == 10.0 and "lexicon_weight: 10.0" in (out / "config.yaml").read_text()
+
+
+def test_transcribe_uses_the_built_in_word_list_and_says_so(synthesize_speech, capsys) -> None:
+    """The built-in model's LM carries its word list: the closing line and the JSON say so; --lexicon-weight 0
+    turns it off, and asking for one with --no-lm is one line, exit 2."""
+    import json
+
+    from srupp_asr.cli import main
+
+    wav = str(synthesize_speech("the boy was specially maltreated", "maltreated.wav"))
+    base = ["transcribe", wav, "--device", "cpu"]
+    assert main(base) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith("its word list at 10 (--lexicon-weight 0: without)"), last
+    assert main([*base, "--lexicon-weight", "0"]) == 0
+    assert "word list" not in capsys.readouterr().err.strip().splitlines()[-1]
+    assert main([*base, "--no-lm", "--lexicon-weight", "5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("--lexicon-weight needs an LM with a word list (words.txt): no LM is fused")
+    out = Path(wav).parent / "json_out"
+    assert main([*base, "--output_format", "json", "--output_dir", str(out), "-q"]) == 0
+    decoding = json.loads((out / "maltreated.json").read_text())["decoding"]
+    assert (decoding["lexicon_weight"], decoding["beam"], decoding["lm_weight"]) == (10.0, 20, 0.4)

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from srupp_asr.checks import lm_weight_problem
-from srupp_asr.decoding.options import MAX_BEAM, MODES, DecodingOptions
+from srupp_asr.decoding.options import DEFAULT_BEAM, MAX_BEAM, MODES, DecodingOptions
 from srupp_asr.errors import UserError
 
 DEFAULT_DECODING = "joint"  # the most accurate mode; long recordings are cut at pauses into pieces for it
@@ -19,7 +19,8 @@ DEFAULT_BATCH_SIZE = 8  # recordings decoded together on a CPU
 # ... and on a GPU, where a search step costs its kernel launches whatever the batch (the step is launch-bound, the
 # kernels tiny): more recordings a batch, fewer steps a recording
 GPU_BATCH_SIZE = 32
-# What transcribe() and evaluate() decode with unless told otherwise; the LM weight is the fused LM's own (None)
+# What transcribe() and evaluate() decode with unless told otherwise; the LM weight and the word list's weight are
+# the fused LM's own (None)
 DEFAULT_OPTIONS = DecodingOptions(mode=DEFAULT_DECODING)
 # The keywords transcribe() and evaluate() take as decoding options: the fields, and decoding (the mode's CLI name)
 OPTION_NAMES = (*(f.name for f in dataclasses.fields(DecodingOptions)), "decoding")
@@ -40,7 +41,9 @@ def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
     )
     modes_help = f"decoding mode (default {DEFAULT_DECODING})"
     p.add_argument("--decoding", default=DEFAULT_DECODING, choices=MODES, help=modes_help)
-    p.add_argument("--beam", "--beam_size", type=int, help=f"beam size of the beam modes, 1-{MAX_BEAM} (default 10)")
+    p.add_argument(
+        "--beam", "--beam_size", type=int, help=f"beam size of the beam modes, 1-{MAX_BEAM} (default {DEFAULT_BEAM})"
+    )
     p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
     p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
     p.add_argument(

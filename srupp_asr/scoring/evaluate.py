@@ -179,6 +179,8 @@ def evaluate(
     hyps.sort(key=lambda t: order[t.utt_id])
     result = score_transcripts(refs, hyps)
     fused = f"{choice.path} (weight {choice.weight:g}, {choice.origin})" if choice.path is not None else ""
+    if options.word_penalty:
+        fused += f", its word list at {options.word_penalty:g}"
     device = str(loaded.device)
     speed = DecodingSpeed(audio_samples / SAMPLE_RATE, decode_seconds, load_seconds, len(hyps), device, fused)
     details = {"model": loaded.model_dir, "compute type": compute_type, "decoding": _describe(options)}
