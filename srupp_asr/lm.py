@@ -49,17 +49,17 @@ from srupp_asr.sru import LayerState, SRUppEncoder
 from srupp_asr.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
-    from srupp_asr.decoding.lexicon import LexiconTable
+    from srupp_asr.decoding.lexicon import WordList
 
 SOS_EOS_ID = Tokenizer.sos_eos_id
 PAD_ID = Tokenizer.blank_id  # never a target: the blank is not a text token
 
 
 class SRUppLM(nn.Module):
-    """Causal SRU++ language model over token ids; ``lexicon``: the word list its directory carries, as the search
+    """Causal SRU++ language model over token ids; ``word_list``: the word list its directory carries, as the search
     reads it (:mod:`srupp_asr.decoding.lexicon`; set by :func:`srupp_asr.loading.load_fusion_lm`)."""
 
-    lexicon: LexiconTable | None = None
+    word_list: WordList | None = None
 
     def __init__(
         self,

@@ -169,13 +169,13 @@ def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions
 
 def load_fusion_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer, device: str) -> SRUppLM:
     """The LM of ``lm_dir`` on ``device``, checked to use ``tokenizer``'s pieces."""
-    from srupp_asr.decoding.lexicon import read_lexicon_table
+    from srupp_asr.decoding.lexicon import read_word_list
     from srupp_asr.lm import load_lm
     from srupp_asr.model_files import check_same_tokenizer
 
     lm, lm_tokenizer = load_lm(lm_dir, device)
     check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
-    lm.lexicon = read_lexicon_table(lm_dir, tokenizer)
+    lm.word_list = read_word_list(lm_dir, tokenizer)
     return lm
 
 

@@ -5,6 +5,7 @@ to the options."""
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from srupp_asr.decoding.lexicon import (
     Lexicon,
     LexiconScorer,
     LexiconTable,
+    WordList,
     lexicon_path,
-    read_lexicon_table,
+    read_word_list,
     recorded_lexicon_weight,
 )
 from srupp_asr.decoding.options import DecodingOptions
@@ -51,13 +53,18 @@ def reference_penalty(tokens: list[int], words=WORDS) -> int:
 
 def run(t: LexiconTable, tokens: list[int]) -> tuple[float, list[int]]:
     """The penalties charged token by token (``tokens`` then the end), and the states passed through."""
-    state, total, states = np.array([EMPTY]), 0.0, []
+    state, total, states = np.array([EMPTY], dtype=np.int32), 0.0, []
     for token in [*tokens, EOS]:
-        t.rows(state)
-        total += float(t.penalty[state[0], token])
-        state = t.next[state, np.array([token])]
+        total += float(t.penalties(state, np.array([[token]]))[0, 0])
+        state = t.successors(state, np.array([token]))
         states.append(int(state[0]))
     return total, states
+
+
+def step(t: LexiconTable, state: int, token: int) -> tuple[float, int]:
+    """The penalty of ``token`` after ``state``, and the state after it."""
+    s = np.array([state], dtype=np.int32)
+    return float(t.penalties(s, np.array([[token]]))[0, 0]), int(t.successors(s, np.array([token]))[0])
 
 
 def test_lexicon_prefixes_and_words() -> None:
@@ -101,20 +108,31 @@ def test_one_table_serves_threads_at_once() -> None:
 
 def test_the_charge_falls_where_the_word_leaves_the_list() -> None:
     t = table()
-    c, a, x, s, space = PIECES.index("\u2581c"), PIECES.index("a"), PIECES.index("x"), PIECES.index("s"), 5
-    t.rows(np.array([EMPTY]))
-    c_state = int(t.next[EMPTY, c])
-    t.rows(np.array([c_state]))
-    assert t.penalty[EMPTY, c] == 0 and t.penalty[c_state, x] == 1 and t.next[c_state, x] == DEAD
-    assert t.penalty[c_state, EOS] == 1  # "c" is only the beginning of words
-    ca = int(t.next[EMPTY, PIECES.index("\u2581ca")])
-    assert t.next[c_state, a] == ca  # one state per beginning, however it was spelt
-    t.rows(np.array([ca]))
-    cat = int(t.next[ca, PIECES.index("t")])
-    t.rows(np.array([cat, DEAD]))
-    assert t.penalty[cat, s] == 0 and t.penalty[cat, EOS] == 0 and t.penalty[cat, space] == 0
-    assert t.penalty[DEAD, x] == 0 and t.penalty[DEAD, EOS] == 0  # charged once, when it left the list
-    assert t.penalty[c_state, 1] == 1 and t.penalty[EMPTY, a] == 0  # unk spells no word; "a" after nothing begins one
+    c, a, x, s, t_, space = (PIECES.index(p) for p in ("\u2581c", "a", "x", "s", "t", "\u2581"))
+    assert step(t, EMPTY, c)[0] == 0
+    c_state = step(t, EMPTY, c)[1]
+    assert step(t, c_state, x) == (1.0, DEAD)  # "cx" begins no word: charged here
+    assert step(t, c_state, EOS)[0] == 1  # "c" is only the beginning of words: charged where it ends
+    assert step(t, c_state, 1)[0] == 1  # unk spells no word
+    ca = step(t, EMPTY, PIECES.index("\u2581ca"))[1]
+    assert step(t, c_state, a)[1] == ca  # one state per beginning, however it was spelt
+    cat = step(t, ca, t_)[1]
+    assert step(t, cat, s)[0] == 0 and step(t, cat, EOS)[0] == 0 and step(t, cat, space)[0] == 0
+    assert step(t, DEAD, x) == (0.0, DEAD) and step(t, DEAD, EOS)[0] == 0  # charged once, when it left the list
+    assert step(t, EMPTY, a)[0] == 0  # "a" after nothing begins a word
+    assert t.filled < t.states  # rows only for the states scored
+
+
+def test_a_word_list_starts_a_fresh_table_past_its_bound(monkeypatch) -> None:
+    from srupp_asr.decoding import lexicon
+
+    words = WordList(Lexicon(WORDS), PIECES, [0, 1], EOS)
+    first = words.table()
+    assert words.table() is first
+    run(first, [PIECES.index("\u2581ca"), PIECES.index("t")])
+    monkeypatch.setattr(lexicon, "MAX_TABLE_STATES", first.states - 1)
+    fresh = words.table()
+    assert fresh is not first and fresh.states == 2 and run(first, [3, 6, 7])[0] == 0  # the old one still works
 
 
 def test_the_search_spells_listed_words_when_the_lexicon_weighs() -> None:
@@ -158,6 +176,9 @@ def test_word_lists_are_read_plain_or_compressed_and_bad_ones_named(tmp_path: Pa
         assert name in str(err.value)
     with pytest.raises(UserError, match="is a directory"):
         Lexicon.read(tmp_path)
+    os.mkfifo(tmp_path / "pipe.txt")  # no writer: a reader that opened it would wait for ever
+    with pytest.raises(UserError, match=r"pipe\.txt: .*not a regular file \(a pipe"):
+        Lexicon.read(tmp_path / "pipe.txt")
 
 
 @pytest.fixture()
@@ -176,7 +197,7 @@ def lm_with_words(tmp_path: Path) -> Path:
 def test_an_lm_directory_brings_its_word_list_and_weight(lm_with_words: Path, tmp_path: Path) -> None:
     tokenizer = Tokenizer(BUILTIN / "tokenizer.model")
     assert lexicon_path(lm_with_words) == lm_with_words / "words.txt"
-    assert read_lexicon_table(lm_with_words, tokenizer).lexicon.words == ["cat", "sat", "the"]
+    assert read_word_list(lm_with_words, tokenizer).table().lexicon.words == ["cat", "sat", "the"]
     assert recorded_lexicon_weight(lm_with_words) == 10.0
     choice = choose_lm(BUILTIN, "joint", lm_with_words)
     assert fused_options(DecodingOptions("joint"), choice).lexicon_weight == 10.0

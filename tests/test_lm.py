@@ -223,15 +223,24 @@ def test_every_beam_mode_fuses_the_lm_and_prefix_beam_matches_joint_with_ctc_onl
     tokenizer = type("Tok", (), {"decode": lambda self, ids: " ".join(map(str, ids)), "id_to_piece": str})()
     lm = biased_lm(V, preferred=7)
     with torch.inference_mode():
-        prefix = decode_encoded(model, tokenizer, enc, enc_lens, DecodingOptions("ctc_prefix_beam", lm_weight=0.5), lm)
+        prefix = decode_encoded(
+            model, tokenizer, enc, enc_lens, DecodingOptions("ctc_prefix_beam", beam=10, lm_weight=0.5), lm
+        )
         joint = decode_encoded(
-            model, tokenizer, enc, enc_lens, DecodingOptions("joint", ctc_weight=1.0, lm_weight=0.5), lm
+            model, tokenizer, enc, enc_lens, DecodingOptions("joint", beam=10, ctc_weight=1.0, lm_weight=0.5), lm
         )
-        plain = decode_encoded(model, tokenizer, enc, enc_lens, DecodingOptions("ctc_prefix_beam"))
+        plain = decode_encoded(model, tokenizer, enc, enc_lens, DecodingOptions("ctc_prefix_beam", beam=10))
         rescored = decode_encoded(
-            model, tokenizer, enc, enc_lens, DecodingOptions("rescoring", ctc_weight=1.0, lm_weight=0.5, nbest=3), lm
+            model,
+            tokenizer,
+            enc,
+            enc_lens,
+            DecodingOptions("rescoring", beam=10, ctc_weight=1.0, lm_weight=0.5, nbest=3),
+            lm,
         )
-        reference = decode_encoded(model, tokenizer, enc, enc_lens, DecodingOptions("ctc_prefix_beam", nbest=10))
+        reference = decode_encoded(
+            model, tokenizer, enc, enc_lens, DecodingOptions("ctc_prefix_beam", beam=10, nbest=10)
+        )
     for a, b in zip(prefix, joint, strict=True):
         assert a[0].tokens == b[0].tokens and a[0].score == pytest.approx(b[0].score, abs=1e-4)
     # The LM prefers token 7: fusion gives at least as many 7s as decoding without it.

@@ -43,6 +43,9 @@ LEXICON_FILES = ("words.txt", "words.txt.gz")
 DEFAULT_LEXICON_WEIGHT = 10.0
 LEXICON_WEIGHT_KEY = "lexicon_weight"
 EMPTY = 0  # no piece of the current word yet (at the start, or after a word-start piece that is the mark alone)
+# The most states a table makes before the next search starts a fresh one: about 100 bytes each, plus 2 KB for each
+# filled row (a few in a hundred of them)
+MAX_TABLE_STATES = 300_000
 DEAD = 1  # the current word is no beginning of a listed word: charged already, nothing more until it ends
 
 
@@ -90,26 +93,33 @@ class Lexicon:
 
 
 class LexiconTable:
-    """The lexicon's state machine over a tokenizer's pieces: ``next[s, t]`` and ``penalty[s, t]`` (0 or 1) for
-    state ``s`` and token ``t``, a state being the word begun so far (:data:`EMPTY`, :data:`DEAD` or a listed
-    word's beginning). A state's row is filled the first time the state is scored. One table serves the batches
-    that ``transcribe`` decodes in threads at once: filling and reading hold a lock."""
+    """The lexicon's state machine over a tokenizer's pieces, a state being the word begun so far (:data:`EMPTY`,
+    :data:`DEAD` or a listed word's beginning): for state ``s`` and token ``t`` the next state and the penalty (0 or
+    1). A state's row of both is filled the first time the state is scored (the rows are dense: most states made
+    are never reached). One table serves the searches that ``transcribe`` runs in threads at once: filling and
+    reading hold a lock."""
 
     def __init__(self, lexicon: Lexicon, pieces: Sequence[str], special: Sequence[int], end: int) -> None:
         """``pieces`` the tokenizer's pieces by id; ``special`` the ids that spell nothing (blank, unknown),
         charged as a word outside the list; ``end`` the id that ends the hypothesis."""
         self.lexicon = lexicon
         self.vocab = len(pieces)
-        self._starts = np.array([p.startswith(WORD_START) for p in pieces])
+        self._starts = [p.startswith(WORD_START) for p in pieces]
         self._text = [p[1:] if p.startswith(WORD_START) else p for p in pieces]
         self._special = set(special) - {end}
         self._end = end
         self._partial = ["", ""]  # the word begun so far, by state (EMPTY, DEAD: "" and unused)
         self._ids = {"": EMPTY}
-        self.next = np.zeros((0, self.vocab), dtype=np.int32)
-        self.penalty = np.zeros((0, self.vocab), dtype=np.float32)
-        self._filled = np.zeros(0, dtype=bool)
+        self._row = np.full(1024, -1, dtype=np.int32)  # each state's row, -1: not filled
+        self._next = np.zeros((64, self.vocab), dtype=np.int32)
+        self._penalty = np.zeros((64, self.vocab), dtype=np.float32)
+        self.filled = 0  # rows filled
         self._lock = threading.Lock()
+
+    @property
+    def states(self) -> int:
+        """How many states have been made (every listed beginning some filled row leads to)."""
+        return len(self._partial)
 
     def _state(self, partial: str) -> int:
         """The state of having spelt ``partial`` (a listed word's beginning), made if new."""
@@ -119,16 +129,12 @@ class LexiconTable:
             self._partial.append(partial)
         return state
 
-    def _ended(self, state: int) -> float:
-        """The penalty for ending the word of ``state`` (a beginning that is no word of its own)."""
-        return float(state not in (EMPTY, DEAD) and self._partial[state] not in self.lexicon)
-
     def _fill(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """The next states and penalties of ``state`` for every token."""
         nxt = np.full(self.vocab, DEAD, dtype=np.int32)
         pen = np.zeros(self.vocab, dtype=np.float32)
-        ended = self._ended(state)
         partial = self._partial[state]
+        ended = float(state not in (EMPTY, DEAD) and partial not in self.lexicon)  # a beginning, no word
         for token, text in enumerate(self._text):
             if token == self._end:
                 nxt[token], pen[token] = EMPTY, ended
@@ -146,32 +152,54 @@ class LexiconTable:
         return nxt, pen
 
     def penalties(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """``penalty[states[:, None], tokens]``: ``(N, K)`` for states ``(N,)`` and tokens ``(N, K)``."""
+        """The penalties ``(N, K)`` of tokens ``(N, K)`` after states ``(N,)``."""
         with self._lock:
-            self._fill_rows(states)
-            return self.penalty[states[:, None], tokens]
+            rows = self._rows(states)
+            return self._penalty[rows[:, None], tokens]
 
     def successors(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """``next[states, tokens]``: the states after one token each."""
+        """The states after states ``(N,)`` read one token each, ``tokens`` ``(N,)``."""
         with self._lock:
-            self._fill_rows(states)
-            return self.next[states, tokens]
+            return self._next[self._rows(states), tokens]
 
-    def rows(self, states: np.ndarray) -> None:
-        """Fill the rows of ``states`` not filled yet."""
+    def _rows(self, states: np.ndarray) -> np.ndarray:
+        """The rows of ``states``, filled first where they are not yet."""
+        if len(self._partial) > self._row.size:
+            grown = np.full(max(len(self._partial), 2 * self._row.size), -1, dtype=np.int32)
+            grown[: self._row.size] = self._row
+            self._row = grown
+        rows = self._row[states]
+        for state in np.unique(states[rows < 0]).tolist():
+            if self.filled == len(self._next):
+                self._next = np.concatenate([self._next, np.zeros_like(self._next)])
+                self._penalty = np.concatenate([self._penalty, np.zeros_like(self._penalty)])
+            self._next[self.filled], self._penalty[self.filled] = self._fill(state)
+            self._row[state] = self.filled
+            self.filled += 1
+            if len(self._partial) > self._row.size:  # states made by the fill: room for their rows
+                grown = np.full(2 * len(self._partial), -1, dtype=np.int32)
+                grown[: self._row.size] = self._row
+                self._row = grown
+        return self._row[states]
+
+
+class WordList:
+    """An LM's word list as the searches use it: the words and the tokenizer's pieces, and the current
+    :class:`LexiconTable`. A table grows with the word beginnings the searches reach; past
+    :data:`MAX_TABLE_STATES` states the next search starts a fresh one (the searches running keep theirs), so that
+    a process decoding for days holds a bounded table."""
+
+    def __init__(self, lexicon: Lexicon, pieces: Sequence[str], special: Sequence[int], end: int) -> None:
+        self.lexicon, self._args = lexicon, (list(pieces), list(special), end)
+        self._table: LexiconTable | None = None
+        self._lock = threading.Lock()
+
+    def table(self) -> LexiconTable:
+        """The table a new search uses."""
         with self._lock:
-            self._fill_rows(states)
-
-    def _fill_rows(self, states: np.ndarray) -> None:
-        size = len(self._partial)
-        if size > self._filled.size:
-            grow = max(size, 2 * self._filled.size)
-            self.next = np.concatenate([self.next, np.zeros((grow - self._filled.size, self.vocab), np.int32)])
-            self.penalty = np.concatenate([self.penalty, np.zeros((grow - self._filled.size, self.vocab), np.float32)])
-            self._filled = np.concatenate([self._filled, np.zeros(grow - self._filled.size, dtype=bool)])
-        for state in np.unique(states[~self._filled[states]]).tolist():
-            self.next[state], self.penalty[state] = self._fill(state)
-            self._filled[state] = True
+            if self._table is None or self._table.states > MAX_TABLE_STATES:
+                self._table = LexiconTable(self.lexicon, *self._args)
+            return self._table
 
 
 class LexiconScorer:
@@ -221,10 +249,10 @@ def recorded_lexicon_weight(lm_dir: str | os.PathLike[str]) -> float:
     return check_fusion_weight(value, f"{config_path}: {LEXICON_WEIGHT_KEY}")
 
 
-def read_lexicon_table(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer) -> LexiconTable | None:
-    """The state machine of ``lm_dir``'s word list over ``tokenizer``'s pieces, or None when it carries none."""
+def read_word_list(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer) -> WordList | None:
+    """``lm_dir``'s word list over ``tokenizer``'s pieces, or None when it carries none."""
     path = lexicon_path(lm_dir)
     if path is None:
         return None
     special = [Tokenizer.blank_id, Tokenizer.unk_id]
-    return LexiconTable(Lexicon.read(path), tokenizer.pieces(), special, Tokenizer.sos_eos_id)
+    return WordList(Lexicon.read(path), tokenizer.pieces(), special, Tokenizer.sos_eos_id)

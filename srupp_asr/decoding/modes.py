@@ -131,8 +131,8 @@ def _search(
         scorers.append((CTCPrefixScorer(log_probs, enc_lens), ctc_weight))
     if lm is not None:
         scorers.append((LMScorer(lm), options.fusion_weight))
-        if lm.lexicon is not None and options.word_penalty > 0:
-            scorers.append((WordListScorer(lm.lexicon), options.word_penalty))
+        if lm.word_list is not None and options.word_penalty > 0:
+            scorers.append((WordListScorer(lm.word_list.table()), options.word_penalty))
     if options.maxlen_ratio > 0:
         max_lengths = (options.maxlen_ratio * enc_lens.float()).long().clamp(min=1)
     else:

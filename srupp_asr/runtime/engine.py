@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from srupp_asr.decoding.alignment import align_hypothesis
-from srupp_asr.decoding.lexicon import LexiconScorer, read_lexicon_table
+from srupp_asr.decoding.lexicon import LexiconScorer, read_word_list
 from srupp_asr.decoding.options import DecodingOptions, Hypothesis, unmet_needs
 from srupp_asr.errors import UserError, first_line
 from srupp_asr.model_files import (
@@ -164,8 +164,8 @@ class NumpyASR:
             scorers.append((CTCPrefixScorer(log_probs, enc_lens), ctc_weight))
         if lm is not None:
             scorers.append((LMScorer(lm), options.fusion_weight))
-            if lm.lexicon is not None and options.word_penalty > 0:
-                scorers.append((LexiconScorer(lm.lexicon), options.word_penalty))
+            if lm.word_list is not None and options.word_penalty > 0:
+                scorers.append((LexiconScorer(lm.word_list.table()), options.word_penalty))
         if options.maxlen_ratio > 0:
             max_lengths = np.maximum((options.maxlen_ratio * enc_lens.astype(np.float32)).astype(np.int64), 1)
         else:
@@ -201,7 +201,7 @@ def load_numpy_lm(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer) -> SRUpp
         lm = SRUppLM.from_config(config, weights)
         weights.check_all_taken()
     check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
-    lm.lexicon = read_lexicon_table(lm_dir, tokenizer)
+    lm.word_list = read_word_list(lm_dir, tokenizer)
     return lm
 
 

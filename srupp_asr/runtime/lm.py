@@ -16,16 +16,16 @@ from srupp_asr.runtime.sru import TRAINING_OPTIONS, LayerState, SRUppEncoder
 from srupp_asr.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
-    from srupp_asr.decoding.lexicon import LexiconTable
+    from srupp_asr.decoding.lexicon import WordList
 
 SOS_EOS_ID = Tokenizer.sos_eos_id  # the vocabulary exceeds it
 
 
 class SRUppLM:
-    """Causal SRU++ language model over token ids, stepped a token at a time; ``lexicon``: the word list its
+    """Causal SRU++ language model over token ids, stepped a token at a time; ``word_list``: the word list its
     directory carries, as the search reads it (:mod:`srupp_asr.decoding.lexicon`; set by the loader)."""
 
-    lexicon: LexiconTable | None = None
+    word_list: WordList | None = None
 
     def __init__(
         self,
