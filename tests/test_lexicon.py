@@ -249,3 +249,15 @@ def test_transcribe_uses_the_built_in_word_list_and_says_so(synthesize_speech, c
     assert main([*base, "--output_format", "json", "--output_dir", str(out), "-q"]) == 0
     decoding = json.loads((out / "maltreated.json").read_text())["decoding"]
     assert (decoding["lexicon_weight"], decoding["beam"], decoding["lm_weight"]) == (10.0, 20, 0.4)
+
+
+def test_the_api_takes_the_word_list_weight_as_a_keyword(synthesize_speech) -> None:
+    import srupp_asr
+
+    wav = str(synthesize_speech("call me that again he murmured", "murmured.wav"))
+    model = srupp_asr.load_model(None, device="cpu")
+    assert model.transcribe(wav).decoding["lexicon_weight"] == 10.0
+    assert model.transcribe(wav, lexicon_weight=0).decoding["lexicon_weight"] == 0.0
+    assert model.transcribe(wav, lexicon_weight=2.5, beam=4).decoding["lexicon_weight"] == 2.5
+    with pytest.raises(UserError, match="lexicon_weight must be a number in"):
+        model.transcribe(wav, lexicon_weight=-1)
