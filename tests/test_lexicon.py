@@ -261,3 +261,21 @@ def test_the_api_takes_the_word_list_weight_as_a_keyword(synthesize_speech) -> N
     assert model.transcribe(wav, lexicon_weight=2.5, beam=4).decoding["lexicon_weight"] == 2.5
     with pytest.raises(UserError, match="lexicon_weight must be a number in"):
         model.transcribe(wav, lexicon_weight=-1)
+
+
+def test_word_list_py_normalises_and_keeps_what_the_tokenizer_spells(tmp_path: Path) -> None:
+    import importlib.util
+
+    script = BUILTIN.parent.parent / "recipes" / "synth_en" / "local" / "word_list.py"
+    spec = importlib.util.spec_from_file_location("word_list", script)
+    word_list = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(word_list)
+    (tmp_path / "list").write_text("Cat\ndon't\nNew York\n3rd\ncafé\nO'Brien's\ncat\n")
+    (tmp_path / "text").write_text("Whittemore smiled, twice.\n")
+    out = tmp_path / "words.txt.gz"
+    assert word_list.main([str(out), str(tmp_path / "list"), "--text", str(tmp_path / "text")]) == 0
+    words = gzip.decompress(out.read_bytes()).decode().split("\n")
+    # two words on a line and digits are no word of the list; "é" is no letter of the built-in tokenizer's
+    assert words == ["cat", "don't", "o'brien's", "smiled", "twice", "whittemore", ""]
+    assert Lexicon.read(out).words == words[:-1]
+    assert word_list.main([str(out), str(tmp_path / "missing")]) == 2
