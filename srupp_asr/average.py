@@ -445,7 +445,7 @@ def lm_writer(
     from srupp_asr.decoding.lexicon import lexicon_path, recorded_lexicon_weight
     from srupp_asr.decoding.settings import DEFAULT_LM_WEIGHT
     from srupp_asr.lm import load_lm
-    from srupp_asr.model_files import check_fusion_weight, check_same_tokenizer, read_fusion_weight, read_length_penalty
+    from srupp_asr.model_files import check_fusion_weight, check_same_tokenizer, read_fusion_weight
     from srupp_asr.tokenizer import Tokenizer
 
     lm, lm_tokenizer = load_lm(lm_dir)
@@ -456,12 +456,11 @@ def lm_writer(
 
     lexicon = lexicon_path(lm_dir)  # the word list goes with the LM, with its weight
     lexicon_weight = recorded_lexicon_weight(lm_dir) if lexicon is not None else None
-    length_penalty = read_length_penalty(lm_dir)  # and the length penalty chosen with them
 
     def write(path: Path) -> Path:
         from srupp_asr.lm import save_lm
 
-        return save_lm(lm, lm_tokenizer.path, path, weight, dtype, lexicon, lexicon_weight, length_penalty)
+        return save_lm(lm, lm_tokenizer.path, path, weight, dtype, lexicon, lexicon_weight)
 
     return write
 
