@@ -35,12 +35,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from srupp_asr.checks import check_size
-from srupp_asr.decoding.lexicon import LEXICON_WEIGHT_KEY
 from srupp_asr.errors import UserError
 from srupp_asr.model_dir import build_with_weights, write_model_dir
 from srupp_asr.model_files import (  # the LM directory's files, read without torch; re-exported
     FORMAT_VERSION,
     FUSION_WEIGHT_KEY,
+    LEXICON_WEIGHT_KEY,
     check_fusion_weight,
     read_lm_config,
     read_tokenizer,

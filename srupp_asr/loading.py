@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, check_compute_type, check_native_bfloat16
-from srupp_asr.decoding.settings import DEFAULT_LM_WEIGHT, check_lm_flags
+from srupp_asr.decoding.settings import DEFAULT_LEXICON_WEIGHT, DEFAULT_LM_WEIGHT, check_lm_flags
 from srupp_asr.errors import UserError
 
 if TYPE_CHECKING:
@@ -121,8 +121,8 @@ def choose_lm(
     one), else :data:`DEFAULT_LM_WEIGHT`. ``no_lm`` or a weight of 0: none. ``ctc_greedy`` ignores the model's own
     LM (it takes none) unless a weight is asked for, which :func:`fused_options` then refuses, as it refuses
     ``lm`` with ``ctc_greedy``."""
-    from srupp_asr.decoding.lexicon import lexicon_path, recorded_lexicon_weight
-    from srupp_asr.model_files import LM_SUBDIR, read_fusion_weight
+    from srupp_asr.decoding.lexicon import lexicon_path
+    from srupp_asr.model_files import LM_SUBDIR, read_fusion_weight, read_lexicon_weight
 
     check_lm_flags(lm, lm_weight, no_lm)
     if no_lm:
@@ -143,7 +143,10 @@ def choose_lm(
     weight = DEFAULT_LM_WEIGHT if weight is None else weight
     if weight == 0:
         return LMChoice(None, None, "fusion weight 0")
-    lexicon_weight = recorded_lexicon_weight(path) if lexicon_path(path) is not None else None
+    lexicon_weight = None
+    if lexicon_path(path) is not None:
+        recorded = read_lexicon_weight(path)
+        lexicon_weight = DEFAULT_LEXICON_WEIGHT if recorded is None else recorded
     return LMChoice(path, weight, origin, lexicon_weight)
 
 

@@ -30,6 +30,7 @@ SHARD_FILE = "model-{:05d}-of-{:05d}.safetensors"
 TOKENIZER_FILE = "tokenizer.model"
 LM_SUBDIR = "lm"  # a model directory's own LM (srupp_asr.lm)
 FUSION_WEIGHT_KEY = "fusion_weight"  # in an LM's config.yaml: the fusion weight to use it with by default
+LEXICON_WEIGHT_KEY = "lexicon_weight"  # ... and the weight of its word list (srupp_asr.decoding.lexicon)
 T = TypeVar("T")
 
 
@@ -66,6 +67,14 @@ def read_fusion_weight(lm_dir: str | os.PathLike) -> float | None:
     config_path = lm_config_path(lm_dir)
     value = read_yaml_mapping(config_path, "LM config").get(FUSION_WEIGHT_KEY)
     return None if value is None else check_fusion_weight(value, f"{config_path}: {FUSION_WEIGHT_KEY}")
+
+
+def read_lexicon_weight(lm_dir: str | os.PathLike) -> float | None:
+    """The word list weight recorded in ``lm_dir/config.yaml`` (None when it records none); a bad one is a
+    one-line UserError naming the file."""
+    config_path = lm_config_path(lm_dir)
+    value = read_yaml_mapping(config_path, "LM config").get(LEXICON_WEIGHT_KEY)
+    return None if value is None else check_fusion_weight(value, f"{config_path}: {LEXICON_WEIGHT_KEY}")
 
 
 def lm_config_path(lm_dir: str | os.PathLike) -> Path:

@@ -35,6 +35,7 @@ BLANK = "<blank>"
 UNK = "<unk>"
 SOS_EOS = "<sos/eos>"
 MODEL_TYPES = ("unigram", "bpe", "char")
+WORD_START = "▁"  # sentencepiece's mark at the start of a piece that begins a word
 # A fixed thread count: sentencepiece's result may depend on how the work is split, so it must not follow
 # the machine's core count if the same text is to give the same model everywhere.
 _TRAIN_THREADS = 8

@@ -55,10 +55,10 @@ def test_the_shipped_model_is_float16_shards_each_under_the_transfer_limit():
 def test_the_shipped_model_carries_a_small_float16_lm_with_its_tokenizer_and_weight():
     from safetensors.torch import load_file
 
-    from srupp_asr.decoding.lexicon import read_word_list, recorded_lexicon_weight
+    from srupp_asr.decoding.lexicon import read_word_list
     from srupp_asr.lm import load_lm
     from srupp_asr.loading import choose_lm
-    from srupp_asr.model_files import check_same_tokenizer, read_fusion_weight
+    from srupp_asr.model_files import check_same_tokenizer, read_fusion_weight, read_lexicon_weight
 
     lm_dir = SHIPPED / "lm"
     names = ["config.yaml", "model.safetensors", "tokenizer.model", "words.COPYRIGHT", "words.txt.gz"]
@@ -70,7 +70,7 @@ def test_the_shipped_model_carries_a_small_float16_lm_with_its_tokenizer_and_wei
     _, tokenizer = load_model_dir(SHIPPED)
     check_same_tokenizer(lm_tokenizer, tokenizer, lm_dir)
     assert read_fusion_weight(lm_dir) == 0.4
-    assert recorded_lexicon_weight(lm_dir) == 10.0 and len(read_word_list(lm_dir, tokenizer).lexicon) == 338_109
+    assert read_lexicon_weight(lm_dir) == 10.0 and len(read_word_list(lm_dir, tokenizer).lexicon) == 338_109
     assert "Kevin Atkinson" in (lm_dir / "words.COPYRIGHT").read_text()
     choice = choose_lm(SHIPPED, "joint")
     assert (choice.path, choice.weight) == (lm_dir, 0.4)  # fused by default

@@ -25,11 +25,11 @@ from srupp_asr.decoding.lexicon import (
     WordList,
     lexicon_path,
     read_word_list,
-    recorded_lexicon_weight,
 )
 from srupp_asr.decoding.options import DecodingOptions
 from srupp_asr.errors import UserError
 from srupp_asr.loading import choose_lm, fused_options
+from srupp_asr.model_files import read_lexicon_weight
 from srupp_asr.tokenizer import Tokenizer
 
 from .test_runtime_search import NumpyBigram, TorchBigram
@@ -84,8 +84,8 @@ def test_each_word_outside_the_list_is_charged_once_whatever_its_pieces() -> Non
 
 
 def test_one_table_serves_threads_at_once() -> None:
-    """transcribe decodes two batches at once with one LM, so one table: rows filled by one thread while another
-    grows the table must not be lost."""
+    """transcribe decodes two batches at once with one LM, so one table: four threads filling and reading it at
+    once get the charges one thread would."""
     from concurrent.futures import ThreadPoolExecutor
 
     rng = np.random.default_rng(1)
@@ -198,7 +198,9 @@ def test_an_lm_directory_brings_its_word_list_and_weight(lm_with_words: Path, tm
     tokenizer = Tokenizer(BUILTIN / "tokenizer.model")
     assert lexicon_path(lm_with_words) == lm_with_words / "words.txt"
     assert read_word_list(lm_with_words, tokenizer).table().lexicon.words == ["cat", "sat", "the"]
-    assert recorded_lexicon_weight(lm_with_words) == 10.0
+    assert (
+        read_lexicon_weight(lm_with_words) is None and choose_lm(BUILTIN, "joint", lm_with_words).lexicon_weight == 10.0
+    )
     choice = choose_lm(BUILTIN, "joint", lm_with_words)
     assert fused_options(DecodingOptions("joint"), choice).lexicon_weight == 10.0
     assert fused_options(DecodingOptions("joint", lexicon_weight=2.5), choice).word_penalty == 2.5
@@ -225,7 +227,7 @@ def test_average_carries_the_word_list_into_the_model_directory(lm_with_words: P
 
     out = lm_writer(lm_with_words, BUILTIN / "tokenizer.model", 0.4, torch.float16)(tmp_path / "shipped")
     assert (out / "words.txt").read_text() == "the\ncat\nsat\n"
-    assert recorded_lexicon_weight(out) == 10.0 and "lexicon_weight: 10.0" in (out / "config.yaml").read_text()
+    assert read_lexicon_weight(out) == 10.0 and "lexicon_weight: 10.0" in (out / "config.yaml").read_text()
 
 
 def test_transcribe_uses_the_built_in_word_list_and_says_so(synthesize_speech, capsys) -> None:

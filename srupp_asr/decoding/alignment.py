@@ -26,9 +26,8 @@ import math
 import numpy as np
 
 from srupp_asr.decoding.options import Word
-from srupp_asr.tokenizer import Tokenizer
+from srupp_asr.tokenizer import WORD_START, Tokenizer
 
-WORD_START = "▁"
 BLANK_ID = Tokenizer.blank_id
 
 

@@ -11,8 +11,8 @@ costs ``lexicon_weight`` instead of being impossible, so that a name no list hol
 audio is clear enough.
 
 Pure numpy (no torch): the numpy runtime and the torch search share :class:`LexiconScorer`. A hypothesis' state is
-the number of the word piece it has spelt since its last word start; a table, filled as new pieces appear, maps
-(state, token) to the next state and the penalty, so that a search step is two array lookups.
+the number of the word beginning it has spelt since its last word start; a table, filled as new beginnings appear,
+maps (state, token) to the next state and the penalty, so that a search step is two array lookups.
 """
 
 from __future__ import annotations
@@ -30,22 +30,17 @@ import numpy as np
 
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import decode_text, read_bytes
-from srupp_asr.tokenizer import Tokenizer
+from srupp_asr.tokenizer import WORD_START, Tokenizer
 
-WORD_START = "\u2581"  # sentencepiece's word-start mark, the first character of a piece that begins a word
 # The largest word list read (bytes, after decompression): the Debian SCOWL "insane" list is 7 MB; a file past
 # this is not a word list (a model directory is not trusted to be small).
 MAX_LEXICON_BYTES = 64 * 1024 * 1024
 # The word list an LM directory may carry, plain or gzip-compressed (the built-in model's is compressed).
 LEXICON_FILES = ("words.txt", "words.txt.gz")
-# What a word outside the list costs when the LM's config.yaml records no weight (lexicon_weight): about the
-# log-probability of a word; the built-in model's LM records its own.
-DEFAULT_LEXICON_WEIGHT = 10.0
-LEXICON_WEIGHT_KEY = "lexicon_weight"
-EMPTY = 0  # no piece of the current word yet (at the start, or after a word-start piece that is the mark alone)
 # The most states a table makes before the next search starts a fresh one: about 100 bytes each, plus 2 KB for each
 # filled row (a few in a hundred of them)
 MAX_TABLE_STATES = 300_000
+EMPTY = 0  # no piece of the current word yet (at the start, or after a word-start piece that is the mark alone)
 DEAD = 1  # the current word is no beginning of a listed word: charged already, nothing more until it ends
 
 
@@ -127,6 +122,8 @@ class LexiconTable:
         if state is None:
             state = self._ids[partial] = len(self._partial)
             self._partial.append(partial)
+            if state == self._row.size:  # room for the rows of the states made
+                self._row = np.concatenate([self._row, np.full(self._row.size, -1, dtype=np.int32)])
         return state
 
     def _fill(self, state: int) -> tuple[np.ndarray, np.ndarray]:
@@ -164,22 +161,13 @@ class LexiconTable:
 
     def _rows(self, states: np.ndarray) -> np.ndarray:
         """The rows of ``states``, filled first where they are not yet."""
-        if len(self._partial) > self._row.size:
-            grown = np.full(max(len(self._partial), 2 * self._row.size), -1, dtype=np.int32)
-            grown[: self._row.size] = self._row
-            self._row = grown
-        rows = self._row[states]
-        for state in np.unique(states[rows < 0]).tolist():
+        for state in np.unique(states[self._row[states] < 0]).tolist():
             if self.filled == len(self._next):
                 self._next = np.concatenate([self._next, np.zeros_like(self._next)])
                 self._penalty = np.concatenate([self._penalty, np.zeros_like(self._penalty)])
             self._next[self.filled], self._penalty[self.filled] = self._fill(state)
             self._row[state] = self.filled
             self.filled += 1
-            if len(self._partial) > self._row.size:  # states made by the fill: room for their rows
-                grown = np.full(2 * len(self._partial), -1, dtype=np.int32)
-                grown[: self._row.size] = self._row
-                self._row = grown
         return self._row[states]
 
 
@@ -235,18 +223,6 @@ def lexicon_path(lm_dir: str | os.PathLike[str]) -> Path | None:
         if os.path.lexists(path):
             return path
     return None
-
-
-def recorded_lexicon_weight(lm_dir: str | os.PathLike[str]) -> float:
-    """The lexicon weight ``lm_dir/config.yaml`` records (:data:`LEXICON_WEIGHT_KEY`), else
-    :data:`DEFAULT_LEXICON_WEIGHT`; a bad one is a one-line UserError naming the file."""
-    from srupp_asr.model_files import check_fusion_weight, lm_config_path, read_yaml_mapping
-
-    config_path = lm_config_path(lm_dir)
-    value = read_yaml_mapping(config_path, "LM config").get(LEXICON_WEIGHT_KEY)
-    if value is None:
-        return DEFAULT_LEXICON_WEIGHT
-    return check_fusion_weight(value, f"{config_path}: {LEXICON_WEIGHT_KEY}")
 
 
 def read_word_list(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer) -> WordList | None:

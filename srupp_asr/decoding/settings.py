@@ -29,6 +29,9 @@ WHISPER_OPTION_NAMES = {"beam_size": "beam"}
 # with --lm and no --lm-weight, when the LM directory records no weight of its own (a model directory's lm/ does;
 # ESPnet's LibriSpeech recipes use 0.3-0.6)
 DEFAULT_LM_WEIGHT = 0.3
+# What a word outside an LM's word list costs when its config.yaml records no weight: about the log-probability of
+# a word (the built-in model's LM records its own)
+DEFAULT_LEXICON_WEIGHT = 10.0
 
 
 def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:

@@ -22,9 +22,7 @@ from pathlib import Path
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import atomic_output, read_lines
 from srupp_asr.text import normalize_text
-from srupp_asr.tokenizer import Tokenizer
-
-WORD_START = "\u2581"
+from srupp_asr.tokenizer import WORD_START, Tokenizer
 
 
 def spellable(tokenizer: Tokenizer) -> set[str]:
