@@ -10,8 +10,8 @@ candidates; each utterance keeps its ``beam`` best extensions of all its rows::
 
 An extension by ``<sos/eos>`` ends the hypothesis (its row is then free for the next step). An utterance is done
 when no row is running, when it reaches its maximum length (every running row is ended there), or when no running
-row can still overtake its ``nbest`` ended ones: scores only fall when the length penalty is not positive (every
-scorer's log score is <= 0, the CTC prefix probability included). Done utterances leave the batch. A NaN score
+row can still overtake its ``nbest`` ended ones (:mod:`srupp_asr.decoding.end_detection`: exact without a length
+bonus, a margin with one). Done utterances leave the batch. A NaN score
 counts as -inf, so that the step after the maximum length, when every row has ended or is impossible, is the last.
 The host learns which rows ended and each utterance's best running score in one transfer a step (a second on the
 steps where some row ends: the ended prefixes), so that on a GPU the search waits for the device once a step.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from srupp_asr.decoding.end_detection import END_MARGIN, finished
 from srupp_asr.decoding.scorers import Scorer
 from srupp_asr.model import BLANK_ID, SOS_EOS_ID
 
@@ -37,11 +38,13 @@ def beam_search(
     nbest: int = 1,
     length_penalty: float = 0.0,
     device: torch.device | str = "cpu",
+    end_margin: float = END_MARGIN,
 ) -> list[list[tuple[list[int], float]]]:
     """Per utterance, its ``nbest`` ended hypotheses (tokens without ``<sos/eos>``, score), best first.
 
     ``scorers`` pairs each scorer with its weight (those of weight 0 are not run); ``max_lengths`` ``(B,)`` is the
-    most tokens per utterance."""
+    most tokens per utterance; ``end_margin`` when an utterance is done with a length bonus
+    (:func:`srupp_asr.decoding.end_detection.finished`)."""
     scorers = [(s, w) for s, w in scorers if w > 0.0]
     if not scorers:
         raise ValueError("beam search needs at least one scorer with a positive weight")
@@ -103,7 +106,7 @@ def beam_search(
             for i in ends:
                 ended[alive_ids[i // W]].append((prefixes[i], host[n * W + i]))
         step += 1
-        done = _done(host[2 * n * W :], [ended[u] for u in alive_ids], nbest, length_penalty)
+        done = finished(host[2 * n * W :], [ended[u] for u in alive_ids], nbest, length_penalty, end_margin)
         done = [d or max_lengths_host[u] < step for d, u in zip(done, alive_ids, strict=True)]
         if any(done):
             kept = [u for u in range(n) if not done[u]]
@@ -113,19 +116,3 @@ def beam_search(
             alive, score, ys = alive[keep], score[keep], ys.index_select(0, rows)
             states = [s.select(st, rows, None, None) for (s, _), st in zip(scorers, states, strict=True)]
     return [sorted(hyps, key=lambda h: -h[1])[:nbest] or [([], NEG_INF)] for hyps in ended]
-
-
-def _done(
-    best_running: list[float],
-    ended: list[list[tuple[list[int], float]]],
-    nbest: int,
-    length_penalty: float,
-) -> list[bool]:
-    """Which utterances need no more steps, given each one's best running score and its ended hypotheses: nothing
-    running, or nothing running can still make their ``nbest``."""
-    done = [best == NEG_INF for best in best_running]
-    if length_penalty <= 0.0:
-        for u, hyps in enumerate(ended):
-            kth = sorted((s for _, s in hyps), reverse=True)
-            done[u] = done[u] or (len(kth) >= nbest and kth[nbest - 1] >= best_running[u])
-    return done

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from srupp_asr.decoding.end_detection import END_MARGIN, finished
 from srupp_asr.tokenizer import Tokenizer
 
 BLANK_ID = Tokenizer.blank_id
@@ -51,11 +52,13 @@ def beam_search(
     beam: int,
     nbest: int = 1,
     length_penalty: float = 0.0,
+    end_margin: float = END_MARGIN,
 ) -> list[list[tuple[list[int], float]]]:
     """Per utterance, its ``nbest`` ended hypotheses (tokens without ``<sos/eos>``, score), best first.
 
     ``scorers`` pairs each scorer with its weight (those of weight 0 are not run); ``max_lengths`` ``(B,)`` is the
-    most tokens per utterance."""
+    most tokens per utterance; ``end_margin`` when an utterance is done with a length bonus
+    (:func:`srupp_asr.decoding.end_detection.finished`)."""
     scorers = [(s, w) for s, w in scorers if w > 0.0]
     if not scorers:
         raise ValueError("beam search needs at least one scorer with a positive weight")
@@ -111,27 +114,14 @@ def beam_search(
             new_score[is_end] = NEG_INF
         score = new_score
         step += 1
-        done = _done(score, ended, alive, nbest, length_penalty) | (max_lengths[alive] < step)
+        done = np.array(finished(score.max(1).tolist(), [ended[u] for u in alive], nbest, length_penalty, end_margin))
+        done |= max_lengths[alive] < step
         if done.any():
             keep = np.flatnonzero(~done)
             rows = (keep[:, None] * W + np.arange(W)).ravel()
             alive, score, ys = alive[keep], score[keep], ys[rows]
             states = [s.select(st, rows, None, None) for (s, _), st in zip(scorers, states, strict=True)]
     return [sorted(hyps, key=lambda h: -h[1])[:nbest] or [([], NEG_INF)] for hyps in ended]
-
-
-def _done(
-    score: np.ndarray, ended: list[list[tuple[list[int], float]]], alive: np.ndarray, nbest: int, length_penalty: float
-) -> np.ndarray:
-    """Which utterances ``(n,)`` need no more steps: nothing running, or nothing running can still make their
-    ``nbest``."""
-    best_running = score.max(1)
-    done = best_running == NEG_INF
-    if length_penalty <= 0.0:
-        kth = [sorted((s for _, s in ended[u]), reverse=True) for u in alive]
-        kth_ended = np.array([s[nbest - 1] if len(s) >= nbest else NEG_INF for s in kth], dtype=np.float32)
-        done |= kth_ended >= best_running
-    return done
 
 
 def _topk(values: np.ndarray, k: int) -> np.ndarray:
