@@ -445,7 +445,13 @@ def lm_writer(
     from srupp_asr.decoding.lexicon import lexicon_path
     from srupp_asr.decoding.settings import DEFAULT_LEXICON_WEIGHT, DEFAULT_LM_WEIGHT
     from srupp_asr.lm import load_lm
-    from srupp_asr.model_files import check_fusion_weight, check_same_tokenizer, read_fusion_weight, read_lexicon_weight
+    from srupp_asr.model_files import (
+        check_fusion_weight,
+        check_same_tokenizer,
+        read_fusion_weight,
+        read_length_penalty,
+        read_lexicon_weight,
+    )
     from srupp_asr.tokenizer import Tokenizer
 
     lm, lm_tokenizer = load_lm(lm_dir)
@@ -459,11 +465,12 @@ def lm_writer(
     if lexicon is not None:
         recorded = read_lexicon_weight(lm_dir)
         lexicon_weight = DEFAULT_LEXICON_WEIGHT if recorded is None else recorded
+    length_penalty = read_length_penalty(lm_dir)  # and the length penalty chosen with them
 
     def write(path: Path) -> Path:
         from srupp_asr.lm import save_lm
 
-        return save_lm(lm, lm_tokenizer.path, path, weight, dtype, lexicon, lexicon_weight)
+        return save_lm(lm, lm_tokenizer.path, path, weight, dtype, lexicon, lexicon_weight, length_penalty)
 
     return write
 

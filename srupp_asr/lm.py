@@ -40,6 +40,7 @@ from srupp_asr.model_dir import build_with_weights, write_model_dir
 from srupp_asr.model_files import (  # the LM directory's files, read without torch; re-exported
     FORMAT_VERSION,
     FUSION_WEIGHT_KEY,
+    LENGTH_PENALTY_KEY,
     LEXICON_WEIGHT_KEY,
     check_fusion_weight,
     read_lm_config,
@@ -155,11 +156,13 @@ def save_lm(
     dtype: torch.dtype = torch.float32,
     lexicon: Path | None = None,
     lexicon_weight: float | None = None,
+    length_penalty: float | None = None,
 ) -> Path:
     """Write an LM directory atomically (an existing LM or model directory at ``out_dir`` is replaced), its floating
     weights stored in ``dtype`` (loading casts them back); ``fusion_weight``, when given, is recorded as the weight
     to fuse it with by default (see :func:`read_fusion_weight`); ``lexicon``, a word list file, is copied in under
-    its name, with ``lexicon_weight`` recorded when given."""
+    its name, with ``lexicon_weight`` recorded when given; ``length_penalty``, when given, is recorded as the length
+    penalty to decode with when it is fused."""
     tokenizer = Tokenizer(tokenizer_path)
     if tokenizer.vocab_size != model.vocab_size:
         raise UserError(f"{tokenizer_path}: tokenizer has {tokenizer.vocab_size} pieces, the LM {model.vocab_size}")
@@ -173,6 +176,8 @@ def save_lm(
         config[FUSION_WEIGHT_KEY] = check_fusion_weight(fusion_weight, f"{out_dir}: {FUSION_WEIGHT_KEY}")
     if lexicon is not None and lexicon_weight is not None:
         config[LEXICON_WEIGHT_KEY] = check_fusion_weight(lexicon_weight, f"{out_dir}: {LEXICON_WEIGHT_KEY}")
+    if length_penalty is not None:
+        config[LENGTH_PENALTY_KEY] = float(length_penalty)
     files = {lexicon.name: lexicon} if lexicon is not None else None
     return write_model_dir(out_dir, config, weights, tokenizer_path, files=files)
 

@@ -94,12 +94,14 @@ def compute_device(compute_type: str, device: str) -> str:
 @dataclass(frozen=True)
 class LMChoice:
     """The LM decoding fuses (``path``, None: none) with ``weight``, and where it came from (``origin``); the
-    weight of its word list as it records it (``lexicon_weight``; None: it carries none)."""
+    weight of its word list as it records it (``lexicon_weight``; None: it carries none) and the length penalty it
+    records (None: none)."""
 
     path: Path | None
     weight: float | None
     origin: str
     lexicon_weight: float | None = None
+    length_penalty: float | None = None
 
     def describe(self) -> str:
         """One line for the log: which LM and why."""
@@ -122,7 +124,7 @@ def choose_lm(
     LM (it takes none) unless a weight is asked for, which :func:`fused_options` then refuses, as it refuses
     ``lm`` with ``ctc_greedy``."""
     from srupp_asr.decoding.lexicon import lexicon_path
-    from srupp_asr.model_files import LM_SUBDIR, read_fusion_weight, read_lexicon_weight
+    from srupp_asr.model_files import LM_SUBDIR, read_fusion_weight, read_length_penalty, read_lexicon_weight
 
     check_lm_flags(lm, lm_weight, no_lm)
     if no_lm:
@@ -147,13 +149,13 @@ def choose_lm(
     if lexicon_path(path) is not None:
         recorded = read_lexicon_weight(path)
         lexicon_weight = DEFAULT_LEXICON_WEIGHT if recorded is None else recorded
-    return LMChoice(path, weight, origin, lexicon_weight)
+    return LMChoice(path, weight, origin, lexicon_weight, read_length_penalty(path))
 
 
 def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions:
-    """``options`` with the weight of the LM ``choice`` fuses (0 without one) and of its word list (the one asked
-    for, else the LM's; 0 without one); a one-line UserError when the mode takes no LM, or a word list weight is
-    asked for where the LM has none."""
+    """``options`` with the weight of the LM ``choice`` fuses (0 without one), of its word list (the one asked
+    for, else the LM's; 0 without one) and the length penalty (the one asked for, else the LM's, else 0); a
+    one-line UserError when the mode takes no LM, or a word list weight is asked for where the LM has none."""
     words = options.lexicon_weight
     if choice.path is None or choice.lexicon_weight is None:
         if words:
@@ -162,10 +164,12 @@ def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions
         words = 0.0
     elif words is None:
         words = choice.lexicon_weight
+    penalty = options.length_penalty
+    if penalty is None:
+        penalty = choice.length_penalty if choice.path is not None and choice.length_penalty is not None else 0.0
     try:
-        return dataclasses.replace(
-            options, lm_weight=choice.weight if choice.path is not None else 0.0, lexicon_weight=words
-        )
+        lm_weight = choice.weight if choice.path is not None else 0.0
+        return dataclasses.replace(options, lm_weight=lm_weight, lexicon_weight=words, length_penalty=penalty)
     except ValueError as err:
         raise UserError(f"decoding options: {err}") from None
 

@@ -31,6 +31,7 @@ TOKENIZER_FILE = "tokenizer.model"
 LM_SUBDIR = "lm"  # a model directory's own LM (srupp_asr.lm)
 FUSION_WEIGHT_KEY = "fusion_weight"  # in an LM's config.yaml: the fusion weight to use it with by default
 LEXICON_WEIGHT_KEY = "lexicon_weight"  # ... and the weight of its word list (srupp_asr.decoding.lexicon)
+LENGTH_PENALTY_KEY = "length_penalty"  # ... and the length penalty to decode with when it is fused
 T = TypeVar("T")
 
 
@@ -75,6 +76,18 @@ def read_lexicon_weight(lm_dir: str | os.PathLike) -> float | None:
     config_path = lm_config_path(lm_dir)
     value = read_yaml_mapping(config_path, "LM config").get(LEXICON_WEIGHT_KEY)
     return None if value is None else check_fusion_weight(value, f"{config_path}: {LEXICON_WEIGHT_KEY}")
+
+
+def read_length_penalty(lm_dir: str | os.PathLike) -> float | None:
+    """The length penalty recorded in ``lm_dir/config.yaml`` (None when it records none); a bad one is a one-line
+    UserError naming the file."""
+    from srupp_asr.decoding.options import length_penalty_problem
+
+    config_path = lm_config_path(lm_dir)
+    value = read_yaml_mapping(config_path, "LM config").get(LENGTH_PENALTY_KEY)
+    if value is not None and length_penalty_problem(value):
+        raise UserError(f"{config_path}: {LENGTH_PENALTY_KEY} {length_penalty_problem(value)}")
+    return None if value is None else float(value)
 
 
 def lm_config_path(lm_dir: str | os.PathLike) -> Path:

@@ -190,7 +190,8 @@ def lm_with_words(tmp_path: Path) -> Path:
         (lm / name).unlink(missing_ok=True)
     (lm / "words.txt").write_text("the\ncat\nsat\n")
     config = (lm / "config.yaml").read_text()
-    (lm / "config.yaml").write_text("\n".join(x for x in config.splitlines() if not x.startswith("lexicon_weight")))
+    kept = (x for x in config.splitlines() if not x.startswith(("lexicon_weight", "length_penalty")))
+    (lm / "config.yaml").write_text("\n".join(kept))
     return lm
 
 
@@ -222,12 +223,30 @@ def test_an_lm_directory_brings_its_word_list_and_weight(lm_with_words: Path, tm
     assert DecodingOptions("joint", lexicon_weight=4.0).word_penalty == 0.0  # no LM fused: no word list
 
 
+def test_the_length_penalty_recorded_with_the_lm_applies_unless_one_is_asked_for(lm_with_words: Path) -> None:
+    config = lm_with_words / "config.yaml"
+    assert fused_options(DecodingOptions("joint"), choose_lm(BUILTIN, "joint", lm_with_words)).length_penalty == 0.0
+    config.write_text(config.read_text() + "\nlength_penalty: 1.5\n")
+    choice = choose_lm(BUILTIN, "joint", lm_with_words)
+    assert fused_options(DecodingOptions("joint"), choice).token_bonus == 1.5
+    assert fused_options(DecodingOptions("joint", length_penalty=0.0), choice).token_bonus == 0.0
+    assert fused_options(DecodingOptions("joint", length_penalty=-2.0), choice).token_bonus == -2.0
+    assert fused_options(DecodingOptions("joint"), choose_lm(BUILTIN, "joint", no_lm=True)).token_bonus == 0.0
+    assert DecodingOptions("joint").token_bonus == 0.0  # decode() without transcribe's choice: none
+    config.write_text(config.read_text().replace("length_penalty: 1.5", "length_penalty: .inf"))
+    with pytest.raises(UserError, match=r"config\.yaml: length_penalty must be a number in \[-1000, 1000\]"):
+        choose_lm(BUILTIN, "joint", lm_with_words)
+
+
 def test_average_carries_the_word_list_into_the_model_directory(lm_with_words: Path, tmp_path: Path) -> None:
     from srupp_asr.average import lm_writer
 
+    config = lm_with_words / "config.yaml"
+    config.write_text(config.read_text() + "\nlength_penalty: 1.5\n")
     out = lm_writer(lm_with_words, BUILTIN / "tokenizer.model", 0.4, torch.float16)(tmp_path / "shipped")
     assert (out / "words.txt").read_text() == "the\ncat\nsat\n"
     assert read_lexicon_weight(out) == 10.0 and "lexicon_weight: 10.0" in (out / "config.yaml").read_text()
+    assert "length_penalty: 1.5" in (out / "config.yaml").read_text()
 
 
 def test_transcribe_uses_the_built_in_word_list_and_says_so(synthesize_speech, capsys) -> None:

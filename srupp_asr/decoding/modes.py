@@ -112,16 +112,16 @@ def _search(
         scores = torch.where(valid, best, 0.0).sum(1).tolist()
         return [[(tokens, score)] for tokens, score in zip(collapse_ctc_paths(path, enc_lens), scores, strict=True)]
     if options.mode == "ctc_prefix_beam" and lm is None:
-        nbest = ctc_prefix_beam_search(log_probs, enc_lens, options.beam, options.length_penalty)
-        return [[(y, s + options.length_penalty * len(y)) for y, s in hyps[: options.nbest]] for hyps in nbest]
+        nbest = ctc_prefix_beam_search(log_probs, enc_lens, options.beam, options.token_bonus)
+        return [[(y, s + options.token_bonus * len(y)) for y, s in hyps[: options.nbest]] for hyps in nbest]
     if options.mode == "rescoring":
-        nbest = ctc_prefix_beam_search(log_probs, enc_lens, options.beam, options.length_penalty)
+        nbest = ctc_prefix_beam_search(log_probs, enc_lens, options.beam, options.token_bonus)
         if options.ctc_weight < 1.0:
             att = attention_scores(model.decoder, enc, enc_lens, [[y for y, _ in hyps] for hyps in nbest])
         else:  # the attention score has no weight (and the model may have no decoder)
             att = [[0.0] * len(hyps) for hyps in nbest]
         lm_nbest = lm_scores(lm, [[y for y, _ in hyps] for hyps in nbest]) if lm is not None else None
-        ranked = rescore(nbest, att, options.ctc_weight, options.length_penalty, lm_nbest, options.fusion_weight)
+        ranked = rescore(nbest, att, options.ctc_weight, options.token_bonus, lm_nbest, options.fusion_weight)
         return [hyps[: options.nbest] for hyps in ranked]
     ctc_weight = 1.0 if options.mode == "ctc_prefix_beam" else options.ctc_weight  # (with an LM)
     scorers: list[tuple[Scorer, float]] = []
@@ -145,6 +145,6 @@ def _search(
             model.vocab_size,
             options.beam,
             options.nbest,
-            options.length_penalty,
+            options.token_bonus,
             enc.device,
         )

@@ -32,7 +32,9 @@ class DecodingOptions:
     - ``beam``: hypotheses kept per utterance (the beam modes).
     - ``ctc_weight``: ``joint`` and ``rescoring`` score ``ctc_weight * ctc + (1 - ctc_weight) * attention``.
     - ``length_penalty``: added to a hypothesis' score once per output token (ESPnet's length bonus; > 0 favours
-      longer outputs). Applied during the search in the beam modes; ``ctc_greedy`` ignores it.
+      longer outputs). Applied during the search in the beam modes; ``ctc_greedy`` ignores it. None (the default):
+      0 for :func:`decode`; ``transcribe`` / ``evaluate`` use the one recorded with the LM they fuse, if any
+      (it balances the LM's and its word list's charges per word), else 0.
     - ``maxlen_ratio``: the most output tokens is ``maxlen_ratio * encoder frames`` (at least 1); 0 means the number
       of encoder frames (the label-synchronous search only: ``joint``, and ``ctc_prefix_beam`` with an LM; CTC
       cannot emit more tokens than frames anyway).
@@ -53,7 +55,7 @@ class DecodingOptions:
     mode: Mode = "ctc_greedy"
     beam: int = DEFAULT_BEAM
     ctc_weight: float = 0.3
-    length_penalty: float = 0.0
+    length_penalty: float | None = None
     maxlen_ratio: float = 0.0
     nbest: int = 1
     lm_weight: float | None = None
@@ -66,9 +68,8 @@ class DecodingOptions:
             raise ValueError(f"beam must be an integer in [1, {MAX_BEAM}] (memory grows with it), got {self.beam!r}")
         if not is_real_number(self.ctc_weight) or not 0.0 <= self.ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight must be in [0, 1], got {self.ctc_weight!r}")
-        if not is_real_number(self.length_penalty) or not abs(self.length_penalty) <= MAX_LENGTH_PENALTY:
-            limit = f"{MAX_LENGTH_PENALTY:g}"
-            raise ValueError(f"length_penalty must be a number in [-{limit}, {limit}], got {self.length_penalty!r}")
+        if self.length_penalty is not None and length_penalty_problem(self.length_penalty):
+            raise ValueError(f"length_penalty {length_penalty_problem(self.length_penalty)}")
         if not is_real_number(self.maxlen_ratio) or not math.isfinite(self.maxlen_ratio) or self.maxlen_ratio < 0:
             raise ValueError(f"maxlen_ratio must be a finite number >= 0, got {self.maxlen_ratio!r}")
         if not isinstance(self.nbest, int) or isinstance(self.nbest, bool) or not 1 <= self.nbest <= self.beam:
@@ -86,10 +87,24 @@ class DecodingOptions:
         return self.lm_weight or 0.0
 
     @property
+    def token_bonus(self) -> float:
+        """The length penalty decoding applies: ``length_penalty``, 0 when None."""
+        return self.length_penalty or 0.0
+
+    @property
     def word_penalty(self) -> float:
         """The lexicon weight decoding applies: ``lexicon_weight`` when an LM is fused, else 0 (the word list is
         the LM's)."""
         return (self.lexicon_weight or 0.0) if self.fusion_weight > 0 else 0.0
+
+
+def length_penalty_problem(value: object) -> str | None:
+    """What is wrong with ``value`` as a length penalty, or None: it must be a number in
+    [-:data:`MAX_LENGTH_PENALTY`, :data:`MAX_LENGTH_PENALTY`]."""
+    if is_real_number(value) and abs(value) <= MAX_LENGTH_PENALTY:
+        return None
+    limit = f"{MAX_LENGTH_PENALTY:g}"
+    return f"must be a number in [-{limit}, {limit}], got {value!r}"
 
 
 def unmet_needs(

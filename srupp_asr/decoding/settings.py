@@ -48,7 +48,11 @@ def add_decoding_arguments(p: argparse.ArgumentParser, batch_help: str) -> None:
         "--beam", "--beam_size", type=int, help=f"beam size of the beam modes, 1-{MAX_BEAM} (default {DEFAULT_BEAM})"
     )
     p.add_argument("--ctc-weight", type=float, help="CTC weight of joint and rescoring (default 0.3)")
-    p.add_argument("--length-penalty", type=float, help="score added per output token (default 0)")
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        help="score added per output token (default: the one stored with the fused LM, else 0)",
+    )
     p.add_argument(
         "--lm",
         metavar="DIR",

@@ -172,7 +172,7 @@ class NumpyASR:
             max_lengths = enc_lens.astype(np.int64)
         with one_thread():
             return beam_search(
-                scorers, enc.shape[0], max_lengths, self.vocab_size, options.beam, options.nbest, options.length_penalty
+                scorers, enc.shape[0], max_lengths, self.vocab_size, options.beam, options.nbest, options.token_bonus
             )
 
 
