@@ -72,6 +72,28 @@ def test_lexicon_prefixes_and_words() -> None:
     assert lexicon.is_prefix("") and lexicon.is_prefix("ca") and lexicon.is_prefix("cat")
     assert not lexicon.is_prefix("cb") and not lexicon.is_prefix("cats") and not lexicon.is_prefix("z")
     assert "cat" in lexicon and "ca" not in lexicon and len(lexicon) == 3
+    assert list(Lexicon(["b a\u00a0c\u3000d\x1ce\t\r\n", "", "a"])) == ["a", "b", "c", "d", "e"]  # any white space
+
+
+def test_lexicon_answers_as_a_sorted_list_of_str_would_long_and_non_ascii_words_too() -> None:
+    """Random words of 1-40 letters (some past SHORT_BYTES, some with letters of two or three UTF-8 bytes), asked
+    about every beginning and word of theirs and random strings: the answers of a plain sorted list."""
+    from srupp_asr.decoding.lexicon import SHORT_BYTES
+
+    rng = np.random.default_rng(2)
+    letters = ["a", "b", "c", "z", "\u00e9", "\u0142", "\u20ac"]
+    words = ["".join(rng.choice(letters, size=int(rng.integers(1, 41)))) for _ in range(400)]
+    words += ["ab\0c", "x" * SHORT_BYTES, "x" * (SHORT_BYTES + 1), "y" * (SHORT_BYTES + 5)]
+    lexicon = Lexicon(words)
+    listed = sorted({w for w in words if "\0" not in w})
+    assert list(lexicon) == listed and len(lexicon) == len(listed)
+    assert any(len(w.encode()) > SHORT_BYTES for w in listed) and any(len(w.encode()) <= SHORT_BYTES for w in listed)
+    queries = [w[:i] for w in words[:100] for i in range(len(w) + 2)]
+    queries += ["".join(rng.choice(letters, size=int(rng.integers(0, 30)))) for _ in range(300)]
+    queries += ["x" * SHORT_BYTES, "x" * (SHORT_BYTES + 1), "y" * (SHORT_BYTES + 2), "ab", "ab\0"]
+    assert lexicon.prefixes(queries).tolist() == [any(w.startswith(q) for w in listed) for q in queries]
+    assert [q in lexicon for q in queries] == [q in listed for q in queries]
+    assert Lexicon(["y" * 30]).prefixes(["", "y", "z"]).tolist() == [True, True, False]  # only long words
 
 
 def test_each_word_outside_the_list_is_charged_once_whatever_its_pieces() -> None:
@@ -159,10 +181,10 @@ def test_the_search_spells_listed_words_when_the_lexicon_weighs() -> None:
 def test_word_lists_are_read_plain_or_compressed_and_bad_ones_named(tmp_path: Path) -> None:
     plain = tmp_path / "words.txt"
     plain.write_text("\ufeffCat\n\ncar\r\nat\ncar\n")
-    assert Lexicon.read(plain).words == ["at", "car", "cat"]
+    assert list(Lexicon.read(plain)) == ["at", "car", "cat"]
     packed = tmp_path / "words.txt.gz"
     packed.write_bytes(gzip.compress(b"cat\ncar\n"))
-    assert Lexicon.read(packed).words == ["car", "cat"]
+    assert list(Lexicon.read(packed)) == ["car", "cat"]
     bad = {
         "latin1.txt": (b"cat\ncaf\xe9\n", "latin1.txt:2: word list is not UTF-8"),
         "empty.txt": (b"\n\n", "the word list is empty"),
@@ -198,7 +220,7 @@ def lm_with_words(tmp_path: Path) -> Path:
 def test_an_lm_directory_brings_its_word_list_and_weight(lm_with_words: Path, tmp_path: Path) -> None:
     tokenizer = Tokenizer(BUILTIN / "tokenizer.model")
     assert lexicon_path(lm_with_words) == lm_with_words / "words.txt"
-    assert read_word_list(lm_with_words, tokenizer).table().lexicon.words == ["cat", "sat", "the"]
+    assert list(read_word_list(lm_with_words, tokenizer).table().lexicon) == ["cat", "sat", "the"]
     assert (
         read_lexicon_weight(lm_with_words) is None and choose_lm(BUILTIN, "joint", lm_with_words).lexicon_weight == 10.0
     )
@@ -298,5 +320,5 @@ def test_word_list_py_normalises_and_keeps_what_the_tokenizer_spells(tmp_path: P
     words = gzip.decompress(out.read_bytes()).decode().split("\n")
     # two words on a line and digits are no word of the list; "é" is no letter of the built-in tokenizer's
     assert words == ["cat", "don't", "o'brien's", "smiled", "twice", "whittemore", ""]
-    assert Lexicon.read(out).words == words[:-1]
+    assert list(Lexicon.read(out)) == words[:-1]
     assert word_list.main([str(out), str(tmp_path / "missing")]) == 2

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import heapq
 import io
 import os
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -40,30 +41,64 @@ LEXICON_FILES = ("words.txt", "words.txt.gz")
 # The most states a table makes before the next search starts a fresh one: about 100 bytes each, plus 2 KB for each
 # filled row (a few in a hundred of them)
 MAX_TABLE_STATES = 300_000
+# Words of at most this many UTF-8 bytes are kept in one fixed-width array (all but 8 of the built-in model's 338,109
+# words); longer ones apart
+SHORT_BYTES = 24
+SPLIT_ROWS = 32_768  # words copied into the array at once while a list is read
+# every white space character (str.isspace: all are below U+3001) to a newline, which then separates the words
+_NEWLINES = {c: "\n" for c in range(0x3001) if chr(c).isspace()}
 EMPTY = 0  # no piece of the current word yet (at the start, or after a word-start piece that is the mark alone)
 DEAD = 1  # the current word is no beginning of a listed word: charged already, nothing more until it ends
 
 
 class Lexicon:
     """A set of words (lower case, as the tokenizer writes them) that answers "is ``p`` a word" and "is ``p`` the
-    beginning of some word" by a binary search in the sorted list (no hash set beside it: the built-in model's
-    338,000 words take about 22 MB as a list, 16 MB more as a set)."""
+    beginning of some word", for many ``p`` at once (:meth:`prefixes`: one ``numpy.searchsorted``).
+
+    The words are one sorted array of UTF-8 byte strings of :data:`SHORT_BYTES` at most (the built-in model's
+    338,000 words in 8 MB, where a list of ``str`` takes 29 MB), and the few longer ones a sorted list beside it."""
 
     def __init__(self, words: Iterable[str]) -> None:
-        words = sorted(words)
-        self.words = [w for i, w in enumerate(words) if i == 0 or w != words[i - 1]]
+        """The words of ``words`` (white space inside one separates it into two), each once; a word holding a NUL
+        is left out."""
+        short, long = _split("\n".join(words))
+        self._short = np.unique(short)
+        self._long = sorted(set(long))
 
     def __len__(self) -> int:
-        return len(self.words)
+        return self._short.size + len(self._long)
+
+    def __iter__(self) -> Iterator[str]:
+        """The words in sorted order."""
+        return heapq.merge((w.decode() for w in self._short.tolist()), self._long)
 
     def __contains__(self, word: object) -> bool:
-        i = bisect.bisect_left(self.words, word)
-        return i < len(self.words) and self.words[i] == word
+        if not isinstance(word, str):
+            return False
+        data = word.encode()
+        if b"\0" in data:  # (no word holds one)
+            return False
+        if len(data) > SHORT_BYTES:
+            i = bisect.bisect_left(self._long, word)
+            return i < len(self._long) and self._long[i] == word
+        i = int(np.searchsorted(self._short, data))
+        return i < self._short.size and self._short[i] == data
 
     def is_prefix(self, prefix: str) -> bool:
         """Whether some word starts with ``prefix`` (the empty prefix included)."""
-        i = bisect.bisect_left(self.words, prefix)
-        return i < len(self.words) and self.words[i].startswith(prefix)
+        return bool(self.prefixes([prefix])[0])
+
+    def prefixes(self, prefixes: Sequence[str]) -> np.ndarray:
+        """Whether some word starts with each of ``prefixes`` ``(n,)`` bool."""
+        queries = np.array([p.encode() for p in prefixes], dtype=bytes)
+        at = np.searchsorted(self._short, queries).clip(max=max(self._short.size - 1, 0))
+        found = np.char.startswith(self._short[at], queries) if self._short.size else np.zeros(len(queries), bool)
+        found &= np.array(["\0" not in p for p in prefixes], dtype=bool)  # (no word holds one; it reads as padding)
+        for i, prefix in enumerate(prefixes):  # the long words: a handful
+            if not found[i] and self._long:
+                j = bisect.bisect_left(self._long, prefix)
+                found[i] = j < len(self._long) and self._long[j].startswith(prefix)
+        return found
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> Lexicon:
@@ -80,11 +115,35 @@ class Lexicon:
                 raise UserError(f"{path}: the word list is not gzip data ({err})") from None
             if len(data) > MAX_LEXICON_BYTES:
                 raise UserError(f"{path}: the word list holds more than {MAX_LEXICON_BYTES // 2**20} MiB of text")
-        words = decode_text(data, path, "word list").lower().split()
+        text = decode_text(data, path, "word list").lower()
         del data
-        if not words:
+        lexicon = cls([text])  # (one string: no str object per word, which would stay as the allocator's garbage)
+        if not len(lexicon):
             raise UserError(f"{path}: the word list is empty")
-        return cls(words)
+        return lexicon
+
+
+def _split(text: str) -> tuple[np.ndarray, list[str]]:
+    """The words of ``text`` (split at any white space, empty ones and those holding a NUL left out): those of at
+    most :data:`SHORT_BYTES` UTF-8 bytes as one array (unsorted, repeats kept), the longer ones as ``str``. Made in
+    numpy from the text's bytes, so that a list of 338,000 words costs no Python object per word."""
+    data = np.frombuffer(text.translate(_NEWLINES).encode() + b"\n", np.uint8)
+    ends = np.flatnonzero(data == ord("\n"))
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    lengths = ends - starts
+    valid = lengths > 0
+    valid[np.searchsorted(ends, np.flatnonzero(data == 0))] = False  # (a NUL would read as the array's padding)
+    short = valid & (lengths <= SHORT_BYTES)
+    long = [data[a:b].tobytes().decode() for a, b in zip(starts[valid & ~short], ends[valid & ~short], strict=True)]
+    starts, lengths = starts[short], lengths[short]
+    columns = np.arange(SHORT_BYTES)
+    out = np.zeros((starts.size, SHORT_BYTES), np.uint8)
+    for i in range(0, starts.size, SPLIT_ROWS):  # (the index of a block of words: SPLIT_ROWS x SHORT_BYTES int64)
+        rows = slice(i, i + SPLIT_ROWS)
+        block = data[np.minimum(starts[rows, None] + columns, data.size - 1)]
+        block[columns >= lengths[rows, None]] = 0
+        out[rows] = block
+    return out.view(f"S{SHORT_BYTES}").reshape(-1), long
 
 
 class LexiconTable:
@@ -101,6 +160,7 @@ class LexiconTable:
         self.vocab = len(pieces)
         self._starts = [p.startswith(WORD_START) for p in pieces]
         self._text = [p[1:] if p.startswith(WORD_START) else p for p in pieces]
+        self._begins = lexicon.prefixes(self._text)  # (for a word-start piece: whether it begins a listed word)
         self._special = set(special) - {end}
         self._end = end
         self._partial = ["", ""]  # the word begun so far, by state (EMPTY, DEAD: "" and unused)
@@ -132,19 +192,20 @@ class LexiconTable:
         pen = np.zeros(self.vocab, dtype=np.float32)
         partial = self._partial[state]
         ended = float(state not in (EMPTY, DEAD) and partial not in self.lexicon)  # a beginning, no word
+        # whether each token continues the word into a listed beginning (every token at once)
+        continues = self.lexicon.prefixes([partial + text for text in self._text]) if state != DEAD else None
         for token, text in enumerate(self._text):
             if token == self._end:
                 nxt[token], pen[token] = EMPTY, ended
             elif token in self._special:
                 pen[token] = float(state != DEAD)
             elif self._starts[token]:
-                ok = self.lexicon.is_prefix(text)
+                ok = self._begins[token]
                 nxt[token] = self._state(text) if ok else DEAD
                 pen[token] = ended + (not ok)
-            elif state != DEAD:
-                word = partial + text
-                ok = self.lexicon.is_prefix(word)
-                nxt[token] = self._state(word) if ok else DEAD
+            elif continues is not None:
+                ok = continues[token]
+                nxt[token] = self._state(partial + text) if ok else DEAD
                 pen[token] = float(not ok)
         return nxt, pen
 
