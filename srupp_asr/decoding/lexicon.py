@@ -25,6 +25,7 @@ import os
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress
 from pathlib import Path
 
 import numpy as np
@@ -158,10 +159,7 @@ class LexiconTable:
         charged as a word outside the list; ``end`` the id that ends the hypothesis."""
         self.lexicon = lexicon
         self.vocab = len(pieces)
-        self._starts = [p.startswith(WORD_START) for p in pieces]
         self._text = [p[1:] if p.startswith(WORD_START) else p for p in pieces]
-        self._begins = lexicon.prefixes(self._text)  # (for a word-start piece: whether it begins a listed word)
-        self._special = set(special) - {end}
         self._end = end
         self._partial = ["", ""]  # the word begun so far, by state (EMPTY, DEAD: "" and unused)
         self._ids = {"": EMPTY}
@@ -170,6 +168,17 @@ class LexiconTable:
         self._penalty = np.zeros((64, self.vocab), dtype=np.float32)
         self.filled = 0  # rows filled
         self._lock = threading.Lock()
+        # The tokens by kind (the end first, then the special ones, then word starts; the rest continue a word)
+        kind = np.array([p.startswith(WORD_START) for p in pieces], dtype=bool)
+        self._special = np.isin(np.arange(self.vocab), list(special)) & (np.arange(self.vocab) != end)
+        self._starts = kind & ~self._special & (np.arange(self.vocab) != end)
+        self._continues = np.flatnonzero(~kind & ~self._special & (np.arange(self.vocab) != end))
+        # What a word start leads to, whatever came before: the state of its text where that begins a listed word
+        begins = lexicon.prefixes(self._text) & self._starts
+        self._start_next = np.full(self.vocab, DEAD, dtype=np.int32)
+        for token in np.flatnonzero(begins).tolist():
+            self._start_next[token] = self._state(self._text[token])
+        self._start_charge = (self._starts & ~begins).astype(np.float32)
 
     @property
     def states(self) -> int:
@@ -188,25 +197,18 @@ class LexiconTable:
 
     def _fill(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """The next states and penalties of ``state`` for every token."""
-        nxt = np.full(self.vocab, DEAD, dtype=np.int32)
-        pen = np.zeros(self.vocab, dtype=np.float32)
         partial = self._partial[state]
-        ended = float(state not in (EMPTY, DEAD) and partial not in self.lexicon)  # a beginning, no word
-        # whether each token continues the word into a listed beginning (every token at once)
-        continues = self.lexicon.prefixes([partial + text for text in self._text]) if state != DEAD else None
-        for token, text in enumerate(self._text):
-            if token == self._end:
-                nxt[token], pen[token] = EMPTY, ended
-            elif token in self._special:
-                pen[token] = float(state != DEAD)
-            elif self._starts[token]:
-                ok = self._begins[token]
-                nxt[token] = self._state(text) if ok else DEAD
-                pen[token] = ended + (not ok)
-            elif continues is not None:
-                ok = continues[token]
-                nxt[token] = self._state(partial + text) if ok else DEAD
-                pen[token] = float(not ok)
+        ended = np.float32(state not in (EMPTY, DEAD) and partial not in self.lexicon)  # a beginning, no word
+        nxt = np.where(self._starts, self._start_next, DEAD).astype(np.int32)
+        pen = np.where(self._starts, ended + self._start_charge, np.float32(0.0)).astype(np.float32)
+        pen[self._special] = state != DEAD
+        nxt[self._end], pen[self._end] = EMPTY, ended
+        if state != DEAD:  # the tokens that continue the word: into a listed beginning, or out of the list
+            words = [partial + self._text[token] for token in self._continues.tolist()]
+            listed = self.lexicon.prefixes(words)
+            pen[self._continues] = ~listed
+            for token, word in zip(self._continues[listed].tolist(), compress(words, listed), strict=True):
+                nxt[token] = self._state(word)
         return nxt, pen
 
     def penalties(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
