@@ -49,7 +49,8 @@ MODES = {
     "defaults": [],  # float32 on the numpy runtime (no torch)
     "torch": ["--engine", "torch"],  # the same model and search in torch
     "batch4": ["--batch-size", "4"],  # half the default batch: less memory in flight
-    "no_words": ["--beam", "10", "--lexicon-weight", "0"],  # the defaults before the LM's word list (2026-12-01)
+    # the defaults before 2026-12-01: the LM without its word list and length bonus, beam 10
+    "before": ["--beam", "10", "--lexicon-weight", "0", "--length-penalty", "0"],
     "int8": ["--compute-type", "int8"],
     "bfloat16": ["--compute-type", "bfloat16"],
     "ctc_greedy": ["--decoding", "ctc_greedy"],

@@ -63,15 +63,15 @@ part compile && say "training step, after the fixes, torch.compile (profiled)" &
   2>"$out/throughput_compile.err"
 # Decoding on the GPU (issue 39, item 4: joint decoding RTF <= 0.005 on decoding_defaults.py's 20 sentences):
 # transcribe's defaults (joint, beam 20, the built-in model's LM and word list; 32 files a batch on a GPU) and the
-# defaults before the word list (default_no_words: beam 10, the LM alone; the word list's scorer works on the host,
+# defaults before 2026-12-01 (default_before: beam 10, the LM alone; the word list's scorer works on the host,
 # one transfer a step more), with the CTC frames in a loop and in closed form (scorers.CTC_RECURSION; a GPU's default is the closed form),
 # on the 20 sentences and a 3-minute recording, each set decoded once untimed first; the defaults again at the CPU's
 # batch of 8; then the search alone, per mode (decoding_speed.py, no LM), and its calls, host syncs and kernel
 # launches per output step, per scorer, both ways (search_ops.py). They speak with espeak-ng: carry .espeak_debs.
 # decoding_defaults.py writes each row to its .err file as it finishes: a timeout keeps the rows done.
 if part decode; then
-  say "decoding on the GPU: transcribe's defaults with and without the word list, CTC frames looped and in closed form"
-  timeout 360 "$py" benchmarks/decoding_defaults.py --device cuda --warmup --minutes 3 --modes default default_no_words \
+  say "decoding on the GPU: transcribe's defaults and those before the word list, CTC frames looped and in closed form"
+  timeout 360 "$py" benchmarks/decoding_defaults.py --device cuda --warmup --minutes 3 --modes default default_before \
     --ctc-recursions loop scan >"$out/decoding_gpu.md" 2>"$out/decoding_gpu.err"
   say "transcribe's defaults at 8 files a batch"
   timeout 90 "$py" benchmarks/decoding_defaults.py --device cuda --warmup --minutes --modes default --batch-size 8 \

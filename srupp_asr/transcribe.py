@@ -432,6 +432,8 @@ def transcribe_command(args: argparse.Namespace) -> int:
             line += f"; language model {fused['lm']} (weight {fused['lm_weight']:g}; --no-lm: without)"
             if fused.get("lexicon_weight"):
                 line += f", its word list at {fused['lexicon_weight']:g} (--lexicon-weight 0: without)"
+        if fused.get("length_penalty"):
+            line += f"; length bonus {fused['length_penalty']:g} a token (--length-penalty 0: without)"
         print(line, file=sys.stderr)
     return 1 if failed else 0
 

@@ -273,8 +273,9 @@ def test_average_carries_the_word_list_into_the_model_directory(lm_with_words: P
 
 
 def test_transcribe_uses_the_built_in_word_list_and_says_so(synthesize_speech, capsys) -> None:
-    """The built-in model's LM carries its word list: the closing line and the JSON say so; --lexicon-weight 0
-    turns it off, and asking for one with --no-lm is one line, exit 2."""
+    """The built-in model's LM carries its word list and its length bonus: the closing line and the JSON say so;
+    --lexicon-weight 0 and --length-penalty 0 turn them off, and asking for a word list with --no-lm is one line,
+    exit 2."""
     import json
 
     from srupp_asr.cli import main
@@ -283,9 +284,14 @@ def test_transcribe_uses_the_built_in_word_list_and_says_so(synthesize_speech, c
     base = ["transcribe", wav, "--device", "cpu"]
     assert main(base) == 0
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.endswith("its word list at 10 (--lexicon-weight 0: without)"), last
-    assert main([*base, "--lexicon-weight", "0"]) == 0
-    assert "word list" not in capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith(
+        "its word list at 10 (--lexicon-weight 0: without); length bonus 1 a token (--length-penalty 0: without)"
+    ), last
+    assert main([*base, "--lexicon-weight", "0", "--length-penalty", "0"]) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "word list" not in last and "bonus" not in last and "language model" in last
+    assert main([*base, "--no-lm"]) == 0
+    assert "bonus" not in capsys.readouterr().err.strip().splitlines()[-1]  # the bonus is the LM's: none without it
     assert main([*base, "--no-lm", "--lexicon-weight", "5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("--lexicon-weight needs an LM with a word list (words.txt): no LM is fused")
@@ -293,6 +299,7 @@ def test_transcribe_uses_the_built_in_word_list_and_says_so(synthesize_speech, c
     assert main([*base, "--output_format", "json", "--output_dir", str(out), "-q"]) == 0
     decoding = json.loads((out / "maltreated.json").read_text())["decoding"]
     assert (decoding["lexicon_weight"], decoding["beam"], decoding["lm_weight"]) == (10.0, 20, 0.4)
+    assert decoding["length_penalty"] == 1.0
 
 
 def test_the_api_takes_the_word_list_weight_as_a_keyword(synthesize_speech) -> None:
