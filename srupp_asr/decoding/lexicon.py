@@ -57,7 +57,7 @@ class Lexicon:
     beginning of some word", for many ``p`` at once (:meth:`prefixes`: one ``numpy.searchsorted``).
 
     The words are one sorted array of UTF-8 byte strings of :data:`SHORT_BYTES` at most (the built-in model's
-    338,000 words in 8 MB, where a list of ``str`` takes 29 MB), and the few longer ones a sorted list beside it."""
+    338,000 words in 8 MB, where a list of ``str`` took 22 MB), and the few longer ones a sorted list beside it."""
 
     def __init__(self, words: Iterable[str]) -> None:
         """The words of ``words`` (white space inside one separates it into two), each once; a word holding a NUL
