@@ -442,15 +442,14 @@ def lm_writer(
     """Check the LM of ``lm_dir`` (loads, same tokenizer as ``tokenizer_path``'s) and return a function that writes
     it as an LM directory at a given path in ``dtype`` with the fusion weight ``weight`` (None: the LM's own recorded
     weight, else ``DEFAULT_LM_WEIGHT``). Every problem is a one-line UserError naming the file."""
-    from srupp_asr.decoding.lexicon import lexicon_path
-    from srupp_asr.decoding.settings import DEFAULT_LEXICON_WEIGHT, DEFAULT_LM_WEIGHT
+    from srupp_asr.decoding.lexicon import lexicon_path, word_list_weight
+    from srupp_asr.decoding.settings import DEFAULT_LM_WEIGHT
     from srupp_asr.lm import load_lm
     from srupp_asr.model_files import (
         check_fusion_weight,
         check_same_tokenizer,
         read_fusion_weight,
         read_length_penalty,
-        read_lexicon_weight,
     )
     from srupp_asr.tokenizer import Tokenizer
 
@@ -460,11 +459,7 @@ def lm_writer(
         weight = read_fusion_weight(lm_dir)
     weight = check_fusion_weight(DEFAULT_LM_WEIGHT if weight is None else weight, "--lm-weight")
 
-    lexicon = lexicon_path(lm_dir)  # the word list goes with the LM, with its weight
-    lexicon_weight = None
-    if lexicon is not None:
-        recorded = read_lexicon_weight(lm_dir)
-        lexicon_weight = DEFAULT_LEXICON_WEIGHT if recorded is None else recorded
+    lexicon, lexicon_weight = lexicon_path(lm_dir), word_list_weight(lm_dir)  # the word list goes with the LM
     length_penalty = read_length_penalty(lm_dir)  # and the length penalty chosen with them
 
     def write(path: Path) -> Path:

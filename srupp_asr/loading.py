@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from srupp_asr.compute_types import DEFAULT_COMPUTE_TYPE, check_compute_type, check_native_bfloat16
-from srupp_asr.decoding.settings import DEFAULT_LEXICON_WEIGHT, DEFAULT_LM_WEIGHT, check_lm_flags
+from srupp_asr.decoding.settings import DEFAULT_LM_WEIGHT, check_lm_flags
 from srupp_asr.errors import UserError
 
 if TYPE_CHECKING:
@@ -123,8 +123,8 @@ def choose_lm(
     one), else :data:`DEFAULT_LM_WEIGHT`. ``no_lm`` or a weight of 0: none. ``ctc_greedy`` ignores the model's own
     LM (it takes none) unless a weight is asked for, which :func:`fused_options` then refuses, as it refuses
     ``lm`` with ``ctc_greedy``."""
-    from srupp_asr.decoding.lexicon import lexicon_path
-    from srupp_asr.model_files import LM_SUBDIR, read_fusion_weight, read_length_penalty, read_lexicon_weight
+    from srupp_asr.decoding.lexicon import word_list_weight
+    from srupp_asr.model_files import LM_SUBDIR, read_fusion_weight, read_length_penalty
 
     check_lm_flags(lm, lm_weight, no_lm)
     if no_lm:
@@ -145,11 +145,7 @@ def choose_lm(
     weight = DEFAULT_LM_WEIGHT if weight is None else weight
     if weight == 0:
         return LMChoice(None, None, "fusion weight 0")
-    lexicon_weight = None
-    if lexicon_path(path) is not None:
-        recorded = read_lexicon_weight(path)
-        lexicon_weight = DEFAULT_LEXICON_WEIGHT if recorded is None else recorded
-    return LMChoice(path, weight, origin, lexicon_weight, read_length_penalty(path))
+    return LMChoice(path, weight, origin, word_list_weight(path), read_length_penalty(path))
 
 
 def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions:
@@ -165,8 +161,8 @@ def fused_options(options: DecodingOptions, choice: LMChoice) -> DecodingOptions
     elif words is None:
         words = choice.lexicon_weight
     penalty = options.length_penalty
-    if penalty is None:
-        penalty = choice.length_penalty if choice.path is not None and choice.length_penalty is not None else 0.0
+    if penalty is None:  # (a choice of no LM records none)
+        penalty = choice.length_penalty or 0.0
     try:
         lm_weight = choice.weight if choice.path is not None else 0.0
         return dataclasses.replace(options, lm_weight=lm_weight, lexicon_weight=words, length_penalty=penalty)

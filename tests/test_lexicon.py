@@ -69,8 +69,7 @@ def step(t: LexiconTable, state: int, token: int) -> tuple[float, int]:
 
 def test_lexicon_prefixes_and_words() -> None:
     lexicon = Lexicon(["cat", "car", "at"])
-    assert lexicon.is_prefix("") and lexicon.is_prefix("ca") and lexicon.is_prefix("cat")
-    assert not lexicon.is_prefix("cb") and not lexicon.is_prefix("cats") and not lexicon.is_prefix("z")
+    assert lexicon.prefixes(["", "ca", "cat", "cb", "cats", "z"]).tolist() == [True, True, True, False, False, False]
     assert "cat" in lexicon and "ca" not in lexicon and len(lexicon) == 3
     assert list(Lexicon(["b a\u00a0c\u3000d\x1ce\t\r\n", "", "a"])) == ["a", "b", "c", "d", "e"]  # any white space
 

@@ -30,8 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
+from srupp_asr.decoding.settings import DEFAULT_LEXICON_WEIGHT
 from srupp_asr.errors import UserError
 from srupp_asr.fileio import decode_text, read_bytes
+from srupp_asr.model_files import read_lexicon_weight
 from srupp_asr.tokenizer import WORD_START, Tokenizer
 
 # The largest word list read (bytes, after decompression): the Debian SCOWL "insane" list is 7 MB; a file past
@@ -85,12 +87,8 @@ class Lexicon:
         i = int(np.searchsorted(self._short, data))
         return i < self._short.size and self._short[i] == data
 
-    def is_prefix(self, prefix: str) -> bool:
-        """Whether some word starts with ``prefix`` (the empty prefix included)."""
-        return bool(self.prefixes([prefix])[0])
-
     def prefixes(self, prefixes: Sequence[str]) -> np.ndarray:
-        """Whether some word starts with each of ``prefixes`` ``(n,)`` bool."""
+        """Whether some word starts with each of ``prefixes`` ``(n,)`` bool (the empty prefix: any word)."""
         queries = np.array([p.encode() for p in prefixes], dtype=bytes)
         at = np.searchsorted(self._short, queries).clip(max=max(self._short.size - 1, 0))
         found = np.char.startswith(self._short[at], queries) if self._short.size else np.zeros(len(queries), bool)
@@ -199,8 +197,8 @@ class LexiconTable:
         """The next states and penalties of ``state`` for every token."""
         partial = self._partial[state]
         ended = np.float32(state not in (EMPTY, DEAD) and partial not in self.lexicon)  # a beginning, no word
-        nxt = np.where(self._starts, self._start_next, DEAD).astype(np.int32)
-        pen = np.where(self._starts, ended + self._start_charge, np.float32(0.0)).astype(np.float32)
+        nxt = self._start_next.copy()  # (DEAD for every token but the word starts of listed beginnings)
+        pen = self._start_charge + ended * self._starts
         pen[self._special] = state != DEAD
         nxt[self._end], pen[self._end] = EMPTY, ended
         if state != DEAD:  # the tokens that continue the word: into a listed beginning, or out of the list
@@ -286,6 +284,15 @@ def lexicon_path(lm_dir: str | os.PathLike[str]) -> Path | None:
         if os.path.lexists(path):
             return path
     return None
+
+
+def word_list_weight(lm_dir: str | os.PathLike[str]) -> float | None:
+    """The weight of the word list ``lm_dir`` carries: the one its config.yaml records, else
+    :data:`~srupp_asr.decoding.settings.DEFAULT_LEXICON_WEIGHT`; None when it carries no list."""
+    if lexicon_path(lm_dir) is None:
+        return None
+    recorded = read_lexicon_weight(lm_dir)
+    return DEFAULT_LEXICON_WEIGHT if recorded is None else recorded
 
 
 def read_word_list(lm_dir: str | os.PathLike[str], tokenizer: Tokenizer) -> WordList | None:
