@@ -13,9 +13,9 @@ a fresh process with ``--threads`` compute threads (default 2), through :func:`s
 - peak RSS of the process (``ru_maxrss``).
 
 Modes: ``default`` (``transcribe`` with no ``--decoding``: what a user gets, with the model directory's own LM
-when it carries one), ``default_no_lm`` (the same with ``--no-lm``), ``default_before`` (the defaults before
-2026-12-01: the LM without its word list and its length bonus, at beam 10: ``--lexicon-weight 0 --length-penalty 0
---beam 10``),
+when it carries one), ``default_beam20`` (the same at ``--beam 20``), ``default_no_lm`` (the same with
+``--no-lm``), ``default_before`` (the defaults before 2026-12-01: the LM without its word list and its length bonus:
+``--lexicon-weight 0 --length-penalty 0 --beam 10``),
 ``joint``, ``ctc_prefix_beam``.
 
 ``--compute-types float32 int8 bfloat16`` runs each mode in each compute type (``transcribe --compute-type``).
@@ -86,7 +86,7 @@ SENTENCES = [
 VOICES = [("en-us", 165), ("en-gb", 150), ("en-gb-x-rp", 175), ("en-us", 140), ("en-029", 160)]
 PAUSES = (0.4, 0.7, 1.2)  # seconds of silence after a sentence in a long recording, in turn
 RATE = 16000
-MODES = ("default", "default_no_lm", "default_before", "joint", "ctc_prefix_beam")
+MODES = ("default", "default_beam20", "default_no_lm", "default_before", "joint", "ctc_prefix_beam")
 
 
 def speak(folder: Path, sentences: list[str]) -> list[tuple[np.ndarray, str]]:
@@ -163,6 +163,8 @@ def run_child(
     kwargs: dict = {"no_lm": True} if mode == "default_no_lm" else {"lm": lm, "lm_weight": lm_weight}
     if mode == "default_before":
         kwargs.update(lexicon_weight=0.0, length_penalty=0.0, beam=10)
+    elif mode == "default_beam20":
+        kwargs.update(beam=20)
     elif mode not in ("default", "default_no_lm"):
         kwargs["decoding"] = mode
     paths = [str(p) for p, _ in files]

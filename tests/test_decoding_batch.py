@@ -247,7 +247,11 @@ def test_a_long_recordings_chunks_decode_two_batches_at_once_with_the_same_resul
     one, one_names, one_steps = decoded(1)
     two, two_names, two_steps = decoded(2)
     assert len(one.chunks) >= 4 and one.error is None and two.error is None
-    assert (two.text, two.words, two.chunks) == (one.text, one.words, one.chunks)
+    assert (two.text, two.chunks) == (one.text, one.chunks)
+    # The same words at the same frames; a confidence may differ in float32's last bits, since a batch of other
+    # chunks pads to another length (which changes how the matrix products' sums are split on some CPUs).
+    assert [(w.text, w.start, w.end) for w in two.words] == [(w.text, w.start, w.end) for w in one.words]
+    assert [w.confidence for w in two.words] == pytest.approx([w.confidence for w in one.words], rel=1e-5)
     assert one_names == {"MainThread"} and two_names and two_names <= {"srupp-asr decode 0", "srupp-asr decode 1"}
     assert sum(two_steps) == pytest.approx(sum(one_steps)) == pytest.approx(long.numel() / SAMPLE_RATE)
     assert 0 < two.decode_seconds <= two.seconds and torch.get_num_threads() == 2

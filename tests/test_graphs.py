@@ -141,16 +141,22 @@ def test_training_with_the_cuda_graphs_option_takes_the_same_steps(char_tokenize
     token_lens = torch.tensor([len(t) for t in tokens])
     tokens = torch.nn.utils.rnn.pad_sequence(tokens, batch_first=True, padding_value=-1)
     data = [{"audio": audio, "audio_lens": lens, "tokens": tokens, "token_lens": token_lens}] * 2
-    weights = []
+    steps = []
     for graphs in (None, {"seconds": 0.5, "tokens": 4, "rows": 4, "max_graphs": 2}):
         module = _module(char_tokenizer, graphs)
         assert (module._graphed is None) == (graphs is None)
+        before = torch.cat([p.detach().flatten() for p in module.parameters()])
         with caplog.at_level(logging.WARNING, logger="srupp_asr"):
             cpu_trainer(2).fit(module, train_dataloaders=torch.utils.data.DataLoader(data, batch_size=None))
-        weights.append(torch.cat([p.detach().flatten() for p in module.parameters()]))
+        steps.append(torch.cat([p.detach().flatten() for p in module.parameters()]) - before)
         warned = "model.cuda_graphs: no CUDA device; the padded step runs without graphs" in caplog.text
         assert warned == (graphs is not None)
-    torch.testing.assert_close(weights[1], weights[0], rtol=1e-4, atol=1e-6)
+    # The same updates up to float32 rounding. The padded step sums over longer rows, in another order, and Adam
+    # divides by the gradients' own scale, so where a weight's two gradients nearly cancel a rounding moves its step
+    # by a few % (3e-6 of 3e-4 at worst, 1e-4 of the steps' norm); padding that reached the losses would move them all.
+    assert steps[0].abs().max() > 1e-4
+    torch.testing.assert_close(steps[1], steps[0], rtol=0, atol=0.05 * float(steps[0].abs().max()))
+    assert float((steps[1] - steps[0]).norm()) < 1e-3 * float(steps[0].norm())
 
 
 @pytest.mark.parametrize(

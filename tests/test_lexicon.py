@@ -297,7 +297,7 @@ def test_transcribe_uses_the_built_in_word_list_and_says_so(synthesize_speech, c
     out = Path(wav).parent / "json_out"
     assert main([*base, "--output_format", "json", "--output_dir", str(out), "-q"]) == 0
     decoding = json.loads((out / "maltreated.json").read_text())["decoding"]
-    assert (decoding["lexicon_weight"], decoding["beam"], decoding["lm_weight"]) == (10.0, 20, 0.4)
+    assert (decoding["lexicon_weight"], decoding["beam"], decoding["lm_weight"]) == (10.0, 10, 0.4)
     assert decoding["length_penalty"] == 1.0
 
 

@@ -14,9 +14,10 @@ MODES: tuple[str, ...] = ("ctc_greedy", "ctc_prefix_beam", "joint", "rescoring")
 # audio peaks at 1.0 GiB with a beam of 10, 1.8 GiB with 128, 3.2 GiB with 256 and 10.4 GiB with 1,024
 # (benchmarks/reliability_probe.py --beam-memory; docs/reliability.md). Published recipes use 4-60.
 MAX_BEAM = 128
-# The beam unless one is asked for: ESPnet's. With the built-in model's word list a beam of 10 is too narrow to keep
-# the hypotheses that spell listed words (benchmarks/RESULTS.md, "A word list in the search")
-DEFAULT_BEAM = 20
+# The beam unless one is asked for (ESPnet's is 20): with the built-in model's word list and length bonus a beam of
+# 20 gains another point on read speech in 1.5 times the decoding time (benchmarks/RESULTS.md, "The beam of the
+# defaults"), and 10 keeps transcribe as fast as before the word list.
+DEFAULT_BEAM = 10
 # The largest length penalty (either sign) per token, for the same reason: it is added to float32 scores (1e300 is
 # infinite there), and a bonus of 1,000 per token already outweighs any log-probability.
 MAX_LENGTH_PENALTY = 1000.0
